@@ -1,0 +1,27 @@
+"""formers: the Transformer family for language modeling and translation.
+
+cfg = formers.config("vanilla", n_layers=2, d_model=64, n_heads=4, vocab_size=256)
+model = formers.build(cfg)
+out = model(tokens)          # out.logits, out.loss, out.aux_loss, out.memory
+"""
+
+from formers.config import AttentionConfig, FFNConfig, ModelConfig
+from formers.errors import ConfigError, FormersError, InputError
+from formers.models import ModelOutput, build
+from formers.presets import PRESETS, config, config_from_dict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS",
+    "AttentionConfig",
+    "ConfigError",
+    "FFNConfig",
+    "FormersError",
+    "InputError",
+    "ModelConfig",
+    "ModelOutput",
+    "build",
+    "config",
+    "config_from_dict",
+]

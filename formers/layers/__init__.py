@@ -1,0 +1,1 @@
+"""The textbook parts: attention, feed-forward, positions, blocks, masks, caches."""

@@ -1,0 +1,146 @@
+"""Multi-head attention, Vaswani et al. 2017 §3.2 (https://arxiv.org/abs/1706.03762).
+
+    Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V                                   (Eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
+
+Variants change one hook and inherit the rest:
+  project(x, context, cache) -> q, k, v     (Linformer compresses k/v, Primer convolves q/k/v)
+  scores(q, k)               -> logits      (Transformer-XL adds relative-position terms)
+  weights(scores, mask)      -> probs       (top-k keeps the k largest)
+A class that keeps the vanilla `scores` and `weights` runs on the fused
+`scaled_dot_product_attention` kernel; overriding either switches to the explicit path.
+
+Shapes: B batch, T query length, S key length, D model width, H heads, K head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.layers.cache import KVCache
+from formers.layers.mask import AttentionMask
+
+NO_MASK = AttentionMask()
+
+
+class MultiHeadAttention(nn.Module):
+    """h parallel scaled dot-product heads of width d_model / h, then an output projection.
+
+    Args:
+        d_model: model width D.
+        n_heads: number of heads H; D must be divisible by H.
+        dropout: dropout on the attention weights (training only).
+        bias: whether the projections have biases.
+    """
+
+    fused: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # The fused kernel computes exactly the vanilla scores and weights; a subclass that
+        # changes either must take the explicit path.
+        cls.fused = (
+            cls.scores is MultiHeadAttention.scores and cls.weights is MultiHeadAttention.weights
+        )
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.scale = 1.0 / math.sqrt(self.d_head)
+        # W^Q, W^K, W^V stacked into one (3D, D) matrix: one matmul for self-attention, and
+        # the same layout as torch.nn.MultiheadAttention.in_proj_weight.
+        self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        nn.init.xavier_uniform_(self.qkv_proj.weight)
+        if bias:
+            nn.init.zeros_(self.qkv_proj.bias)
+            nn.init.zeros_(self.out_proj.bias)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> MultiHeadAttention:
+        """Build from a model config; variants read their own options from `cfg.attention`."""
+        return cls(cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout, bias=cfg.attention.bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: AttentionMask = NO_MASK,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Attend from x (B, T, D) to context (B, S, D), or to x itself when context is None."""
+        batch, length, _ = x.shape
+        q, k, v = self.project(x, context, cache)  # (B, H, T, K), (B, H, S, K), (B, H, S, K)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        out = self.attend(q, k, v, mask)  # (B, H, T, K)
+        return self.out_proj(out.transpose(1, 2).reshape(batch, length, self.d_model))
+
+    def project(
+        self, x: Tensor, context: Tensor | None = None, cache: KVCache | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries from x, keys and values from context (or x), split into heads."""
+        if context is None:
+            qkv = self.qkv_proj(x)  # (B, T, 3D)
+            return self.split_heads(qkv, 3)
+        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+        d = self.d_model
+        q = F.linear(x, weight[:d], None if bias is None else bias[:d])  # (B, T, D)
+        kv = F.linear(context, weight[d:], None if bias is None else bias[d:])  # (B, S, 2D)
+        (q,) = self.split_heads(q, 1)
+        k, v = self.split_heads(kv, 2)
+        return q, k, v
+
+    def split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
+        """(B, T, parts·D) -> `parts` tensors of shape (B, H, T, K)."""
+        batch, length, _ = x.shape
+        x = x.view(batch, length, parts, self.n_heads, self.d_head)
+        return x.permute(2, 0, 3, 1, 4).unbind(0)  # parts × (B, H, T, K)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
+        """Eq. 1 for every head: (B, H, T, K) queries against (B, H, S, K) keys and values."""
+        if self.fused:
+            return self.fused_attention(q, k, v, mask)
+        weights = self.weights(self.scores(q, k), mask)  # (B, H, T, S)
+        if self.training and self.dropout > 0:
+            weights = F.dropout(weights, self.dropout)
+        return weights @ v
+
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Q Kᵀ / √d_k, (B, H, T, S)."""
+        return (q * self.scale) @ k.transpose(-2, -1)
+
+    def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
+        """Masked softmax over keys; a query with no visible key gets all-zero weights."""
+        allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
+        if allowed is None:
+            return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+        # finfo.min rather than -1e9 or -inf: representable in fp16/bf16, and never NaN.
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+        return weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+
+    def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
+        """Eq. 1 on torch's fused kernels, choosing the cheapest mask form."""
+        dropout = self.dropout if self.training else 0.0
+        sdpa = F.scaled_dot_product_attention
+        query_len, key_len = q.shape[-2], k.shape[-2]
+        if mask.key_valid is None:
+            if not mask.causal or query_len == 1:
+                return sdpa(q, k, v, dropout_p=dropout)
+            if query_len == key_len:
+                return sdpa(q, k, v, dropout_p=dropout, is_causal=True)
+        allowed = mask.dense(query_len, key_len, q.device)
+        has_key = allowed.any(-1, keepdim=True)  # (B|1, 1, T, 1)
+        # A row with no visible key would be NaN inside the kernel: let it see everything,
+        # then zero its output.
+        out = sdpa(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout)
+        return out.masked_fill(~has_key, 0.0)

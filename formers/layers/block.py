@@ -1,0 +1,113 @@
+"""Transformer layers, Vaswani et al. 2017 §3.1.
+
+Norm placement is a swapped module, not a flag:
+  PostNorm:  x ← LayerNorm(x + Dropout(Sublayer(x)))     (the paper, §3.1 and §5.4)
+  PreNorm:   x ← x + Dropout(Sublayer(LayerNorm(x)))     (Xiong et al. 2020; needs a final norm)
+
+Shapes: B batch, T length, S context length, D model width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.layers.attention import NO_MASK, MultiHeadAttention
+from formers.layers.cache import KVCache
+from formers.layers.mask import AttentionMask
+
+
+class PostNorm(nn.Module):
+    """LayerNorm(x + Dropout(Sublayer(x)))."""
+
+    def __init__(self, d_model: int, dropout: float, eps: float = 1e-5):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return self.norm(x + self.dropout(sublayer(x)))
+
+    @staticmethod
+    def final_norm(d_model: int, eps: float) -> nn.Module:
+        """Post-norm layers already end in a LayerNorm."""
+        return nn.Identity()
+
+
+class PreNorm(nn.Module):
+    """x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, d_model: int, dropout: float, eps: float = 1e-5):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        return x + self.dropout(sublayer(self.norm(x)))
+
+    @staticmethod
+    def final_norm(d_model: int, eps: float) -> nn.Module:
+        """The residual stream of a pre-norm stack is never normalised: do it once at the end."""
+        return nn.LayerNorm(d_model, eps=eps)
+
+
+RESIDUAL = {"post": PostNorm, "pre": PreNorm}
+
+
+def residual(cfg: ModelConfig) -> nn.Module:
+    """The residual wrapper for `cfg.norm`."""
+    return RESIDUAL[cfg.norm](cfg.d_model, cfg.dropout, cfg.norm_eps)
+
+
+def final_norm(cfg: ModelConfig) -> nn.Module:
+    """What follows the last layer: a LayerNorm for pre-norm stacks, nothing for post-norm."""
+    return RESIDUAL[cfg.norm].final_norm(cfg.d_model, cfg.norm_eps)
+
+
+class Block(nn.Module):
+    """Self-attention then feed-forward: an encoder layer, or a decoder-only LM layer."""
+
+    def __init__(self, cfg: ModelConfig, attn: MultiHeadAttention, ffn: nn.Module):
+        super().__init__()
+        self.attn, self.ffn = attn, ffn
+        self.attn_res, self.ffn_res = residual(cfg), residual(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: AttentionMask = NO_MASK,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, cache=cache))
+        return self.ffn_res(x, self.ffn)
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, attention over the encoder output, then feed-forward (§3.1)."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        attn: MultiHeadAttention,
+        cross_attn: MultiHeadAttention,
+        ffn: nn.Module,
+    ):
+        super().__init__()
+        self.attn, self.cross_attn, self.ffn = attn, cross_attn, ffn
+        self.attn_res, self.cross_res, self.ffn_res = residual(cfg), residual(cfg), residual(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor,
+        mask: AttentionMask = NO_MASK,
+        context_mask: AttentionMask = NO_MASK,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, cache=cache))
+        x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
+        return self.ffn_res(x, self.ffn)

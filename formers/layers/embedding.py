@@ -1,0 +1,70 @@
+"""Token embeddings plus absolute positions, Vaswani et al. 2017 §3.4–3.5.
+
+Shapes: B batch, T length, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.errors import InputError
+from formers.layers.position import build_position
+
+
+class TokenEmbedding(nn.Embedding):
+    """A (V, D) table; ids are checked so a bad id fails with a message, not an index error."""
+
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__(vocab_size, d_model)
+        # N(0, D^-1/2): after the √D scale the embeddings have unit variance (fairseq's choice;
+        # the paper does not state one).
+        nn.init.normal_(self.weight, std=d_model**-0.5)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """(B, T) ids -> (B, T, D)."""
+        check_tokens(tokens, self.num_embeddings)
+        return super().forward(tokens)
+
+
+def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
+    """Raise InputError unless `tokens` is a (B, T) integer tensor of ids in [0, vocab_size)."""
+    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.is_complex():
+        kind = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise InputError(f"{name} must be an integer tensor of token ids, got {kind}")
+    if tokens.dim() != 2:
+        raise InputError(
+            f"{name} must have shape (batch, seq), got {tuple(tokens.shape)}: "
+            "add a batch dimension with tokens[None] for a single sequence"
+        )
+    if tokens.numel() == 0 or torch.compiler.is_compiling():
+        return
+    low, high = int(tokens.min()), int(tokens.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise InputError(
+            f"{name} contain id {bad}, outside the vocabulary [0, {vocab_size}): "
+            f"encode with the tokenizer the model was built for, or set vocab_size > {high}"
+        )
+
+
+class InputEmbedding(nn.Module):
+    """Dropout(E[token] · √D + PE[position]), Vaswani §3.4 and §5.4."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
+        super().__init__()
+        self.token = token if token is not None else TokenEmbedding(vocab_size, cfg.d_model)
+        self.position = build_position(cfg)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """(B, T) ids starting at absolute position `offset` -> (B, T, D)."""
+        x = self.token(tokens) * self.scale  # (B, T, D)
+        position = self.position(tokens.shape[1], offset)  # (T, D) or None
+        if position is not None:
+            x = x + position.to(x.dtype)
+        return self.dropout(x)

@@ -1,0 +1,59 @@
+"""Position-wise feed-forward network, Vaswani et al. 2017 §3.3.
+
+    FFN(x) = act(x W_1 + b_1) W_2 + b_2          (Eq. 2, act = ReLU in the paper)
+
+Squared ReLU, act(x) = max(x, 0)², is Primer's (So et al. 2021, https://arxiv.org/abs/2109.08668).
+Shapes: B batch, T length, D model width, F inner width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+
+
+def squared_relu(x: Tensor) -> Tensor:
+    """max(x, 0)² (Primer, So et al. 2021 §2)."""
+    return torch.square(F.relu(x))
+
+
+ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "squared_relu": squared_relu,
+}
+
+
+class FeedForward(nn.Module):
+    """Two projections with an activation between them, applied to each position alike.
+
+    Args:
+        d_model: model width D.
+        d_ff: inner width F.
+        activation: "relu", "gelu" or "squared_relu".
+        dropout: dropout on the activations (between the projections).
+        bias: whether the projections have biases.
+    """
+
+    def __init__(
+        self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias=True
+    ):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.activation = ACTIVATION[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> FeedForward:
+        """Build from a model config."""
+        return cls(cfg.d_model, cfg.d_ff, cfg.ffn.activation, cfg.ffn_dropout, cfg.ffn.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.down(self.dropout(self.activation(self.up(x))))  # (B, T, F) inside

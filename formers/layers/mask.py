@@ -1,0 +1,59 @@
+"""Attention masks: which keys each query may see.
+
+Kept symbolic (causal flag + key validity) so the common cases reach the fused kernels without
+an n×n tensor; `dense()` materialises the boolean mask only when a kernel needs it.
+
+Shapes: B batch, T query length, S key length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class AttentionMask:
+    """Which keys a query may attend to.
+
+    Args:
+        causal: query i sees key j only if j <= i + (S - T); with S > T the extra keys are a
+            prefix (cache or memory) that every query may see.
+        key_valid: (B, S) bool, False at padding keys.
+    """
+
+    causal: bool = False
+    key_valid: Tensor | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True when every query sees every key."""
+        return not self.causal and self.key_valid is None
+
+    def dense(self, query_len: int, key_len: int, device: torch.device) -> Tensor | None:
+        """The boolean mask (B or 1, 1, T, S), True where attention is allowed; None if empty."""
+        allowed = None
+        if self.causal:
+            allowed = causal_mask(query_len, key_len, device)[None, None]  # (1, 1, T, S)
+        if self.key_valid is not None:
+            keys = self.key_valid[:, None, None, :]  # (B, 1, 1, S)
+            allowed = keys if allowed is None else allowed & keys
+        return allowed
+
+
+def causal_mask(query_len: int, key_len: int, device: torch.device | None = None) -> Tensor:
+    """(T, S) bool: query i (at absolute position S - T + i) sees keys at positions <= its own."""
+    offset = key_len - query_len
+    rows = torch.arange(query_len, device=device)[:, None]
+    cols = torch.arange(key_len, device=device)[None, :]
+    return cols <= rows + offset
+
+
+def padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:
+    """(B, S) bool, False where `tokens` equals `pad_id`; None when nothing is padding."""
+    if pad_id is None:
+        return None
+    valid = tokens != pad_id
+    return None if bool(valid.all()) else valid

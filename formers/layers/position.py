@@ -1,0 +1,86 @@
+"""Absolute position encodings, Vaswani et al. 2017 §3.5.
+
+    PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+    PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+
+Relative encodings (Transformer-XL) live inside their attention module instead.
+Shapes: T positions, D model width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.errors import InputError
+
+
+def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
+    """The (T, D) float32 table of PE(pos, ·) for pos = offset … offset + T - 1."""
+    position = torch.arange(offset, offset + length, dtype=torch.float64)[:, None]  # (T, 1)
+    inv_freq = torch.exp(
+        torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model)
+    )  # (ceil(D/2),)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
+    return table.float()
+
+
+class SinusoidalPosition(nn.Module):
+    """Fixed sinusoids; extrapolate to any length (the table grows on demand)."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """PE for positions offset … offset + length - 1, (T, D)."""
+        end = offset + length
+        if end > self.table.shape[0]:
+            self.table = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model).to(
+                self.table.device
+            )
+        return self.table[offset:end]
+
+
+class LearnedPosition(nn.Module):
+    """A trained table of max_len position vectors (Vaswani §3.5 reports the same quality)."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=d_model**-0.5)
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Learned vectors for positions offset … offset + length - 1, (T, D)."""
+        end = offset + length
+        max_len = self.table.num_embeddings
+        if end > max_len:
+            raise InputError(
+                f"a sequence reaching position {end} exceeds max_len={max_len} of the learned "
+                "position table: use shorter sequences, build with a larger max_len, or use "
+                "position='sinusoidal'"
+            )
+        return self.table.weight[offset:end]
+
+
+class NoPosition(nn.Module):
+    """No absolute position: for models that encode order inside attention."""
+
+    def forward(self, length: int, offset: int = 0) -> None:
+        return None
+
+
+POSITION = {"sinusoidal": SinusoidalPosition, "learned": LearnedPosition, "none": NoPosition}
+
+
+def build_position(cfg: ModelConfig) -> nn.Module:
+    """The absolute position module named by `cfg.position`."""
+    if cfg.position == "none":
+        return NoPosition()
+    return POSITION[cfg.position](cfg.d_model, cfg.max_len)

@@ -1,0 +1,113 @@
+"""The encoder–decoder Transformer of Vaswani et al. 2017 (§3.1, Figure 1), for translation.
+
+Shapes: B batch, S source length, T target length, D model width, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.layers.attention import MultiHeadAttention
+from formers.layers.block import Block, DecoderBlock, final_norm
+from formers.layers.cache import Cache
+from formers.layers.embedding import InputEmbedding, check_tokens
+from formers.layers.mask import AttentionMask, padding_mask
+from formers.models.common import AuxLosses, check_targets, language_model_loss, tied_output
+from formers.models.output import ModelOutput
+from formers.registry import build_attention, build_ffn
+
+
+class EncoderDecoder(nn.Module):
+    """p(y_t | y_<t, x): an encoder over the source, a causal decoder with cross-attention.
+
+    With one vocabulary and `tie_embeddings`, source embedding, target embedding and the
+    pre-softmax projection share one matrix (§3.4).
+
+    Args:
+        cfg: the model config (arch="encoder_decoder").
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = InputEmbedding(cfg, cfg.vocab_size)
+        shared = self.src_embed.token if cfg.tie_embeddings and cfg.tgt_vocab_size is None else None
+        self.tgt_embed = InputEmbedding(cfg, cfg.target_vocab_size, token=shared)
+        n_encoder_layers = cfg.n_encoder_layers or cfg.n_layers
+        self.encoder = nn.ModuleList(
+            Block(cfg, build_attention(cfg), build_ffn(cfg)) for _ in range(n_encoder_layers)
+        )
+        self.decoder = nn.ModuleList(
+            DecoderBlock(
+                cfg, build_attention(cfg), MultiHeadAttention.from_config(cfg), build_ffn(cfg)
+            )
+            for _ in range(cfg.n_layers)
+        )
+        self.encoder_norm, self.decoder_norm = final_norm(cfg), final_norm(cfg)
+        self.lm_head = tied_output(self.tgt_embed.token, cfg.tie_embeddings)
+        self.aux_losses = AuxLosses(self)
+
+    def encode(self, src: Tensor, src_valid: Tensor | None = None) -> tuple[Tensor, AttentionMask]:
+        """Encoder states (B, S, D) and the mask that hides source padding from attention."""
+        if src_valid is None:
+            src_valid = padding_mask(src, self.cfg.pad_id)
+        mask = AttentionMask(causal=False, key_valid=src_valid)
+        x = self.src_embed(src)  # (B, S, D)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.encoder_norm(x), mask
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        context: Tensor,
+        context_mask: AttentionMask,
+        tgt_valid: Tensor | None = None,
+        cache: Cache | None = None,
+    ) -> Tensor:
+        """Decoder states (B, T, D) for target inputs, attending to encoder states."""
+        offset = cache.position if cache is not None else 0
+        if tgt_valid is None and cache is None:
+            tgt_valid = padding_mask(tgt_in, self.cfg.pad_id)
+        mask = AttentionMask(causal=True, key_valid=tgt_valid)
+        x = self.tgt_embed(tgt_in, offset)  # (B, T, D)
+        for i, layer in enumerate(self.decoder):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = layer(x, context, mask, context_mask, cache=layer_cache)
+        if cache is not None:
+            cache.position += tgt_in.shape[1]
+        return self.decoder_norm(x)
+
+    def new_cache(self) -> Cache:
+        """An empty self-attention cache for incremental decoding."""
+        return Cache(len(self.decoder))
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        targets: Tensor | None = None,
+        *,
+        src_valid: Tensor | None = None,
+        tgt_valid: Tensor | None = None,
+    ) -> ModelOutput:
+        """Score target inputs (B, T) given sources (B, S).
+
+        Args:
+            src: (B, S) source ids.
+            tgt_in: (B, T) target ids shifted right (starting with the BOS id).
+            targets: (B, T) next target ids; -100 or `pad_id` positions are ignored.
+            src_valid, tgt_valid: (B, S) / (B, T) bool, False at padding; derived from
+                `pad_id` when None.
+        """
+        check_tokens(src, self.cfg.vocab_size, "src")
+        check_tokens(tgt_in, self.cfg.target_vocab_size, "tgt_in")
+        context, context_mask = self.encode(src, src_valid)
+        x = self.decode(tgt_in, context, context_mask, tgt_valid)
+        logits = self.lm_head(x)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            check_targets(targets, tgt_in, self.cfg.target_vocab_size)
+            loss = language_model_loss(logits, targets, self.cfg.pad_id)
+        return ModelOutput(logits=logits, loss=loss, aux_loss=self.aux_losses.total(logits))

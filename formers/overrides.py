@@ -1,0 +1,138 @@
+"""Overriding fields of frozen configs: from Python keywords or from `--a.b value` strings.
+
+Unknown keys are errors (a silently ignored typo costs a whole training run), and string
+values are converted to the field's declared type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from formers.config import did_you_mean
+from formers.errors import ConfigError
+
+C = TypeVar("C")
+KindLookup = Callable[[str, str], type]  # (field name, kind) -> config class
+
+
+def apply_overrides(
+    cfg: C, overrides: Mapping[str, Any], kind_class: KindLookup | None = None, prefix: str = ""
+) -> C:
+    """A copy of dataclass `cfg` with `overrides` applied.
+
+    Keys are field names or dotted paths into nested configs ("attention.window"). A nested
+    config may also be given whole (a dataclass), as a dict of its fields, or by its kind name;
+    a new `kind` switches to that kind's config class via `kind_class`.
+    """
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        elif isinstance(value, Mapping):
+            nested.setdefault(head, {}).update(value)
+        else:
+            nested.setdefault(head, {})[""] = value
+    hints = typing.get_type_hints(type(cfg))
+    names = [f.name for f in dataclasses.fields(cfg)]
+    changes: dict[str, Any] = {}
+    for head, values in nested.items():
+        path = prefix + head
+        if head not in names:
+            raise ConfigError(
+                f"unknown config key {path!r}{did_you_mean(head, names)}; "
+                f"valid keys{' under ' + prefix[:-1] if prefix else ''}: {', '.join(names)}"
+            )
+        current = getattr(cfg, head)
+        if dataclasses.is_dataclass(current):
+            changes[head] = _override_nested(current, values, path, kind_class)
+        elif "" in values and len(values) == 1:
+            changes[head] = coerce(values[""], hints[head], path)
+        else:
+            raise ConfigError(f"{path!r} is a value, not a group: it has no sub-keys")
+    try:
+        return dataclasses.replace(cfg, **changes)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"invalid config: {error}") from error
+
+
+def _override_nested(current: Any, values: dict[str, Any], path: str, kind_class: Any) -> Any:
+    whole = values.pop("", None)
+    if dataclasses.is_dataclass(whole):
+        current = whole
+    elif isinstance(whole, str):
+        values.setdefault("kind", whole)
+    elif whole is not None:
+        raise ConfigError(f"{path}={whole!r}: give a config, a dict of its fields or a kind name")
+    kind = values.get("kind")
+    if kind is not None and kind != getattr(current, "kind", kind):
+        if kind_class is None:
+            raise ConfigError(f"{path}.kind cannot be changed here")
+        current = kind_class(path, kind)()
+    return apply_overrides(current, values, kind_class, prefix=path + ".")
+
+
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """`value` as type `hint`; strings are parsed (CLI), other values are type-checked."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        is_none = value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
+        if is_none and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return coerce(value, option, name)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{name}={value!r} has the wrong type")
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
+        return value
+    if hint is bool:
+        if isinstance(value, str) and value.lower() in (
+            "true",
+            "1",
+            "yes",
+            "on",
+            "false",
+            "0",
+            "no",
+            "off",
+        ):
+            return value.lower() in ("true", "1", "yes", "on")
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, str):
+            try:
+                return int(value.replace("_", ""))
+            except ValueError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{name}={value!r} must be of type {getattr(hint, '__name__', hint)}")

@@ -1,0 +1,65 @@
+"""Named configurations. Each preset is a function stating its diff from `vanilla`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from formers.config import ModelConfig, did_you_mean
+from formers.errors import ConfigError
+from formers.overrides import apply_overrides
+from formers.registry import attention_config_class, ffn_config_class
+
+
+def vanilla() -> ModelConfig:
+    """Decoder-only causal LM made of the paper's base blocks (Vaswani et al. 2017, Table 3)."""
+    return ModelConfig(
+        arch="decoder", d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, norm="post"
+    )
+
+
+def transformer() -> ModelConfig:
+    """The encoder–decoder base model: N=6, d_model=512, h=8, d_ff=2048, dropout 0.1.
+
+    One shared source/target vocabulary (37,000 BPE tokens in the paper), padding id 0.
+    """
+    return dataclasses.replace(vanilla(), arch="encoder_decoder", vocab_size=37000, pad_id=0)
+
+
+PRESETS: dict[str, Callable[[], ModelConfig]] = {
+    "transformer": transformer,
+    "vanilla": vanilla,
+}
+
+
+def _kind_class(path: str, kind: str) -> type:
+    if path.endswith("attention"):
+        return attention_config_class(kind)
+    if path.endswith("ffn"):
+        return ffn_config_class(kind)
+    raise ConfigError(f"{path} has no kinds")
+
+
+def config(name: str, **overrides: Any) -> ModelConfig:
+    """The preset `name` with `overrides` applied, e.g. config("vanilla", d_model=256).
+
+    Nested fields take dotted keys (`**{"ffn.activation": "gelu"}`) or dicts
+    (`ffn={"activation": "gelu"}`).
+    """
+    if name not in PRESETS:
+        raise ConfigError(
+            f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
+            f"valid presets: {', '.join(PRESETS)}"
+        )
+    return override(PRESETS[name](), overrides)
+
+
+def override(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
+    """A copy of `cfg` with (possibly dotted, possibly string-valued) overrides applied."""
+    return apply_overrides(cfg, overrides, _kind_class)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
+    """Rebuild a config saved with `ModelConfig.to_dict()`."""
+    return override(ModelConfig(), data)

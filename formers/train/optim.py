@@ -1,0 +1,32 @@
+"""Optimizers: the paper's Adam and AdamW with decay on matrices only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+
+def paper_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
+    """Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (Vaswani et al. 2017 §5.3).
+
+    `lr` is the initial rate; a trainer sets each step's rate from `lr_at` (with the
+    paper's schedule, `paper_peak_lr` gives its peak).
+    """
+    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+def adamw(
+    model: nn.Module, lr: float, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.95)
+) -> torch.optim.AdamW:
+    """AdamW that decays weight matrices but not biases, norms or 1-d parameters."""
+    decay, no_decay = [], []
+    for param in model.parameters():  # parameters() yields a tied weight once
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas)

@@ -1,0 +1,22 @@
+# Sourced by the other scripts: make ./.venv with torch and formers installed, then activate it.
+# torch is installed first and pinned, so pip takes the local CPU wheel where one is offered
+# instead of resolving the newest CUDA build.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${FORMERS_VENV:-$root/.venv}"
+torch_version="${FORMERS_TORCH:-2.13.0}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[formers] creating virtual environment in $venv" >&2
+  python3 -m venv "$venv"
+fi
+# shellcheck disable=SC1091
+source "$venv/bin/activate"
+stamp="$venv/.formers-installed"
+want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)-$torch_version"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[formers] installing torch==$torch_version and formers (first run only)" >&2
+  python -m pip install --quiet --disable-pip-version-check "torch==$torch_version"
+  python -m pip install --quiet --disable-pip-version-check -e "$root[dev,plots,tensorboard]"
+  echo "$want" > "$stamp"
+fi
+cd "$root"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Run the default (fast) test suite in ./.venv. Extra arguments go to pytest,
+# e.g. `bash scripts/test.sh -m slow` for the slow tests.
+source "$(dirname "$0")/env.sh"
+ruff check formers tests
+python -m pytest "$@"

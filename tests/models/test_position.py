@@ -1,0 +1,37 @@
+"""Sinusoidal and learned absolute positions (Vaswani §3.5)."""
+
+import math
+
+import pytest
+import torch
+
+from formers.errors import InputError
+from formers.layers.position import LearnedPosition, SinusoidalPosition
+
+
+@pytest.mark.parametrize("d_model", [8, 7])
+def test_sinusoid_matches_formula(d_model):
+    table = SinusoidalPosition(d_model, max_len=5)(length=12, offset=3)  # grows past max_len
+    for row, pos in enumerate(range(3, 15)):
+        for i in range(d_model):
+            angle = pos / 10000 ** ((i - i % 2) / d_model)
+            want = math.sin(angle) if i % 2 == 0 else math.cos(angle)
+            assert table[row, i].item() == pytest.approx(want, abs=1e-6)
+
+
+def test_learned_positions_reject_long_sequences():
+    position = LearnedPosition(8, max_len=16)
+    assert position(16).shape == (16, 8)
+    with pytest.raises(InputError, match=r"position 17 exceeds max_len=16.*sinusoidal"):
+        position(10, offset=7)
+
+
+def test_embedding_is_scaled_by_sqrt_d_model():
+    from helpers import tiny_config
+
+    import formers
+
+    model = formers.build(tiny_config("vanilla", position="none"))
+    tokens = torch.tensor([[3, 4]])
+    got = model.embed(tokens)
+    torch.testing.assert_close(got, model.embed.token.weight[tokens] * math.sqrt(32))

@@ -1,0 +1,66 @@
+"""The paper's learning-rate schedule (Eq. 3), label smoothing (§5.4) and Adam settings."""
+
+import math
+
+import pytest
+import torch
+
+from formers.errors import ConfigError
+from formers.train.losses import label_smoothed_cross_entropy
+from formers.train.optim import paper_adam
+from formers.train.schedule import lr_at, paper_peak_lr
+
+
+def paper_rate(step, d_model=512, warmup=4000):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("warmup", [4000, 100])
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_inverse_sqrt_matches_equation_3(warmup, scale):
+    peak = paper_peak_lr(512, warmup, scale)
+    for step in (1, warmup, 4 * warmup, warmup // 2, 10 * warmup + 7):
+        want = scale * paper_rate(step, 512, warmup)
+        assert lr_at(step, "inverse_sqrt", peak, warmup) == pytest.approx(want, rel=1e-12)
+    assert lr_at(4 * warmup, "inverse_sqrt", peak, warmup) == pytest.approx(peak / 2)
+
+
+def test_cosine_and_constant_schedules():
+    assert lr_at(5, "constant", 1.0, warmup_steps=10) == pytest.approx(0.5)
+    assert lr_at(50, "constant", 1.0, warmup_steps=10) == 1.0
+    assert lr_at(10, "cosine", 1.0, 10, 110) == pytest.approx(1.0)
+    assert lr_at(60, "cosine", 1.0, 10, 110, min_lr_ratio=0.0) == pytest.approx(0.5)
+    assert lr_at(110, "cosine", 1.0, 10, 110, min_lr_ratio=0.1) == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="max_steps"):
+        lr_at(1, "cosine", 1.0, 10, None)
+    with pytest.raises(ConfigError, match="inverse_sqrt"):
+        lr_at(1, "linear", 1.0)
+
+
+def test_label_smoothing_matches_hand_computation():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)
+    targets = torch.tensor([[1, 4, 0], [2, 0, 0]])  # 0 = padding
+    eps, vocab = 0.1, 5
+    total, count = 0.0, 0
+    for b in range(2):
+        for t in range(3):
+            if targets[b, t] == 0:
+                continue
+            logp = torch.log_softmax(logits[b, t].double(), -1)
+            smoothed = [(1 - eps) * (k == int(targets[b, t])) + eps / vocab for k in range(vocab)]
+            total += -sum(q * logp[k].item() for k, q in enumerate(smoothed))
+            count += 1
+    got = label_smoothed_cross_entropy(logits, targets, epsilon=eps, ignore_index=0)
+    assert got.item() == pytest.approx(total / count, rel=1e-6)
+    plain = label_smoothed_cross_entropy(logits, targets, epsilon=0.0, ignore_index=0)
+    nll = [-torch.log_softmax(logits[b, t], -1)[targets[b, t]] for b, t in [(0, 0), (0, 1), (1, 0)]]
+    assert plain.item() == pytest.approx(sum(nll).item() / 3, rel=1e-6)
+    uniform = label_smoothed_cross_entropy(torch.zeros(4, 5), torch.tensor([1, 2, 3, 4]), 0.1)
+    assert uniform.item() == pytest.approx(math.log(5))
+
+
+def test_paper_adam_hyperparameters():
+    adam = paper_adam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    group = adam.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
