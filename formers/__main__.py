@@ -1,0 +1,5 @@
+import sys
+
+from formers.cli import main
+
+sys.exit(main())

@@ -1,0 +1,159 @@
+"""Corpora by name or path, tokenized into train/valid/test id tensors.
+
+    corpus = load_corpus("ptb")               # word level, vocab 10,000
+    corpus = load_corpus("stdlib")            # bytes of Python's standard library, always offline
+    corpus = load_corpus("notes/", tokenizer="bpe", vocab_size=4096)
+
+Every tokenizer is built on the train split only (Tiny Shakespeare's character set excepted, as
+in nanoGPT), so valid/test never leak into the vocabulary.
+
+Conventions (the counts are checked in tests/data against the published figures):
+- ptb, wikitext-2: whitespace words plus one `<eos>` per line (PTB 10,000 types, WikiText-2
+  33,278); unknown valid/test words would map to `<unk>` (both vocabularies are closed).
+- ptb-char: every character of the raw files is a token, including each line's leading space;
+  the newline character itself is the line-end token (50 symbols). Bits per character here is
+  bits per byte, as the files are ASCII.
+- tinyshakespeare: no official test split, so `splits["test"]` is the validation text; report
+  it as validation.
+- enwik8, text8: bytes (vocab 256); pass tokenizer="char" for text8's 27 symbols.
+- Any corpus accepts another tokenizer, e.g. load_corpus("wikitext-2", tokenizer="bpe").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from formers.data.benchmarks import (
+    RawSplits,
+    read_enwik8,
+    read_ptb,
+    read_text8,
+    read_tinyshakespeare,
+    read_wikitext2,
+)
+from formers.data.errors import DataError
+from formers.data.files import decode_parts
+from formers.data.local import read_path, read_stdlib
+from formers.data.tokenizers import TOKENIZERS, Tokenizer, bytes_to_tensor, train_tokenizer
+
+
+@dataclass
+class Corpus:
+    """A tokenized corpus: 1-D int64 id tensors per split, and the tokenizer that made them."""
+
+    name: str
+    tokenizer: Tokenizer
+    splits: dict[str, torch.Tensor]  # "train" / "valid" / "test" -> 1-D int64 token ids
+    unit: str  # tokenizer.unit
+    bytes_per_split: dict[str, int]  # UTF-8 bytes of each split's text, for bits per byte
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={len(v):,}" for k, v in self.splits.items())
+        return (
+            f"Corpus({self.name!r}, unit={self.unit!r}, vocab_size={self.tokenizer.vocab_size:,},"
+            f" tokens: {sizes})"
+        )
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A named corpus: how to read its raw splits and which tokenizer it uses by default."""
+
+    description: str
+    read: Callable[[str | Path | None], RawSplits]
+    unit: str
+    char_vocab_from_all: bool = False  # nanoGPT builds Tiny Shakespeare's charset on all text
+
+
+CORPORA: dict[str, CorpusSpec] = {
+    "ptb": CorpusSpec(
+        "Penn Treebank (Mikolov), words + <eos> per line, vocab 10,000", read_ptb, "word"
+    ),
+    "ptb-char": CorpusSpec(
+        "Penn Treebank, characters of the raw files ('\\n' is the line-end token)",
+        read_ptb,
+        "char",
+    ),
+    "wikitext-2": CorpusSpec(
+        "WikiText-2 v1, words + <eos> per line, vocab 33,278", read_wikitext2, "word"
+    ),
+    "wikitext-2-bytes": CorpusSpec("WikiText-2 v1, raw UTF-8 bytes", read_wikitext2, "byte"),
+    "tinyshakespeare": CorpusSpec(
+        "Tiny Shakespeare, 65 chars, nanoGPT 90/10 split (test = valid)",
+        read_tinyshakespeare,
+        "char",
+        char_vocab_from_all=True,
+    ),
+    "enwik8": CorpusSpec(
+        "enwik8 bytes, 90M/5M/5M (download: formers data get enwik8)", read_enwik8, "byte"
+    ),
+    "text8": CorpusSpec(
+        "text8 bytes, 90M/5M/5M (download: formers data get text8)", read_text8, "byte"
+    ),
+    "stdlib": CorpusSpec(
+        "Python standard library source as bytes (offline default)", read_stdlib, "byte"
+    ),
+}
+
+
+def build_corpus(
+    name: str,
+    raw: RawSplits,
+    unit: str,
+    vocab_size: int | None = None,
+    char_vocab_from_all: bool = False,
+) -> Corpus:
+    """Train a `unit` tokenizer on the train split of `raw` and encode every split."""
+    if unit not in TOKENIZERS:
+        raise DataError(f"{name}: unknown tokenizer {unit!r}; choose one of {list(TOKENIZERS)}")
+    bytes_per_split = {s: sum(len(p.data) for p in parts) for s, parts in raw.items()}
+    if unit == "byte":
+        tok = train_tokenizer("byte", "")
+        splits = {s: bytes_to_tensor(b"".join(p.data for p in parts)) for s, parts in raw.items()}
+        return Corpus(name, tok, splits, tok.unit, bytes_per_split)
+
+    texts = {s: decode_parts(parts) for s, parts in raw.items()}
+    if unit == "char" and char_vocab_from_all:
+        tok = train_tokenizer("char", "".join(texts.values()))
+    else:
+        tok = train_tokenizer(unit, texts["train"], vocab_size)
+    splits = {}
+    for s, text in texts.items():
+        try:
+            splits[s] = tok.encode_tensor(text)
+        except DataError as e:
+            raise DataError(f"{name} ({s} split): {e}") from None
+    return Corpus(name, tok, splits, tok.unit, bytes_per_split)
+
+
+def load_corpus(
+    name: str,
+    data_dir: str | Path | None = None,
+    tokenizer: str | None = None,
+    vocab_size: int | None = None,
+) -> Corpus:
+    """Load a named corpus (a key of `CORPORA`) or a text file / folder, tokenized.
+
+    Args:
+        name: a key of `CORPORA`, or a path to a text file or a folder of text files (a
+            corpus name wins over a same-named path; write `./ptb` for the path).
+        data_dir: the data folder for named corpora; default `formers.data.locate.data_dir()`.
+        tokenizer: "byte", "char", "word" or "bpe"; default the corpus's own unit ("byte" for
+            paths).
+        vocab_size: BPE vocabulary size (default 8192) or a cap on the word vocabulary.
+    """
+    if name in CORPORA:
+        spec = CORPORA[name]
+        raw = spec.read(data_dir)
+        return build_corpus(name, raw, tokenizer or spec.unit, vocab_size, spec.char_vocab_from_all)
+    path = Path(name).expanduser()
+    if not path.exists():
+        raise DataError(
+            f"unknown corpus {name!r}: it is neither a corpus name ({', '.join(CORPORA)}) nor an "
+            "existing file or folder."
+        )
+    return build_corpus(str(path), read_path(path), tokenizer or "byte", vocab_size)

@@ -1,0 +1,173 @@
+"""Training configuration, and the run configuration = model config + training config."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from formers.config import ModelConfig
+from formers.errors import ConfigError
+from formers.overrides import apply_overrides
+from formers.presets import config, config_from_dict, override
+from formers.train.schedule import SCHEDULES
+
+OPTIMIZERS = ("adamw", "adam_paper", "sgd")
+PRECISIONS = ("fp32", "bf16", "auto")
+DISTRIBUTED = ("ddp", "fsdp")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train: data, batching, optimisation, precision, evaluation, checkpoints.
+
+    Args:
+        corpus: a named corpus (see `formers data list`) or a path to a text file or folder.
+        data_dir: where named corpora live; default --data-dir, FORMERS_DATA, ../shared/data
+            beside a checkout, or the user cache.
+        tokenizer: "byte", "char", "word" or "bpe"; None uses the corpus's own.
+        tokenizer_vocab: BPE vocabulary size (or a cap on word vocabularies).
+        batch_size: sequences per optimizer step and process (before accumulation).
+        seq_len: tokens per sequence (the segment length of recurrent models).
+        grad_accum: micro-batches accumulated per optimizer step.
+        optimizer: "adamw" (decoupled decay on matrices), "adam_paper" (Vaswani §5.3) or "sgd"
+            (with momentum 0.9).
+        lr: peak learning rate.
+        schedule: "cosine", "inverse_sqrt" or "constant", each after a linear warmup.
+        max_steps: optimizer steps to take.
+        time_budget: stop after this much training time, e.g. "20m", "90s", "1h" (None: no limit).
+        precision: "fp32", "bf16" (autocast, fp32 master weights) or "auto" (bf16 where the
+            device runs it natively, else fp32).
+        compile: wrap the model in torch.compile.
+        eval_every: steps between evaluations on the valid split (0: only at the end).
+        eval_tokens: score at most this many valid tokens in periodic evaluations (None: all).
+        save_every: steps between checkpoints (0: only at the end and on interruption).
+    """
+
+    corpus: str = "stdlib"
+    data_dir: str | None = None
+    tokenizer: str | None = None
+    tokenizer_vocab: int | None = None
+    batch_size: int = 16
+    seq_len: int = 128
+    grad_accum: int = 1
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    beta2: float = 0.95
+    schedule: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    max_steps: int = 1000
+    time_budget: str | None = None
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.0
+    aux_loss_coef: float = 1.0
+    precision: str = "auto"
+    compile: bool = False
+    seed: int = 0
+    device: str = "auto"
+    distributed: str = "ddp"
+    eval_every: int = 250
+    eval_tokens: int | None = 100_000
+    eval_batch_size: int = 16
+    log_every: int = 10
+    save_every: int = 250
+    keep_checkpoints: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "seq_len", "grad_accum", "max_steps", "eval_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"train.{name}={value!r} must be a positive integer")
+        for name, choices in (
+            ("optimizer", OPTIMIZERS),
+            ("schedule", SCHEDULES),
+            ("precision", PRECISIONS),
+            ("distributed", DISTRIBUTED),
+        ):
+            if getattr(self, name) not in choices:
+                raise ConfigError(
+                    f"train.{name}={getattr(self, name)!r} is not one of {', '.join(choices)}"
+                )
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr={self.lr} must be positive")
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+
+    @property
+    def time_budget_seconds(self) -> float | None:
+        """`time_budget` in seconds, or None."""
+        return None if self.time_budget is None else parse_duration(self.time_budget)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in "90", "90s", "20m", "1.5h" or "1h30m"."""
+    parts = re.fullmatch(
+        r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", str(text)
+    )
+    if not parts or not any(parts.groups()):
+        raise ConfigError(
+            f"train.time_budget={text!r} is not a duration: write e.g. '90s', '20m' or '1h30m'"
+        )
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run needs: which preset, the model, and how to train it."""
+
+    preset: str = "vanilla"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form; `run_config_from_dict` reverses it."""
+        return {"preset": self.preset, "model": self.model.to_dict(), "train": _asdict(self.train)}
+
+
+def _asdict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None) -> RunConfig:
+    """A run config from a preset and overrides keyed "model.x", "train.y" (or bare model keys).
+
+    Bare keys that are not training keys go to the model, so `d_model=64` works like
+    `model.d_model=64`.
+    """
+    model_overrides: dict[str, Any] = {}
+    train_overrides: dict[str, Any] = {}
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for key, value in (overrides or {}).items():
+        head, _, rest = key.partition(".")
+        if head == "train" and rest:
+            train_overrides[rest] = value
+        elif head == "model" and rest:
+            model_overrides[rest] = value
+        elif head in train_fields and head not in {f.name for f in dataclasses.fields(ModelConfig)}:
+            train_overrides[head] = value
+        else:
+            model_overrides[key] = value
+    model = config(preset, **model_overrides)
+    train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
+    return RunConfig(preset=preset, model=model, train=train)
+
+
+def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
+    """Rebuild a run config saved by `RunConfig.to_dict()`."""
+    try:
+        model = config_from_dict(data["model"])
+        train = apply_overrides(TrainConfig(), data.get("train", {}), prefix="train.")
+    except KeyError as error:
+        raise ConfigError(f"saved run config has no {error} section") from None
+    return RunConfig(preset=data.get("preset", "vanilla"), model=model, train=train)
+
+
+def with_vocab(cfg: RunConfig, vocab_size: int) -> RunConfig:
+    """The run config with the model's vocabulary set to the tokenizer's."""
+    return dataclasses.replace(cfg, model=override(cfg.model, {"vocab_size": vocab_size}))

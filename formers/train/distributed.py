@@ -1,0 +1,90 @@
+"""Process-group set-up for `torchrun`: the same command runs on one process or many.
+
+torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; without them this is a single process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """Where this process sits: rank r of world_size, on `device`."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, evaluates and saves."""
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    """ "auto" -> this process's GPU if there is one, else the CPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        return torch.device("cuda", local_rank)
+    return torch.device(name)
+
+
+def setup(device: str = "auto") -> Distributed:
+    """Join the process group when launched by torchrun (NCCL on GPUs, gloo on CPUs)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    chosen = pick_device(device, local_rank)
+    if world_size > 1 and not dist.is_initialized():
+        if chosen.type == "cuda":
+            torch.cuda.set_device(chosen)
+        dist.init_process_group(backend="nccl" if chosen.type == "cuda" else "gloo")
+    return Distributed(rank, world_size, local_rank, chosen)
+
+
+def teardown() -> None:
+    """Leave the process group, if any."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap(model: nn.Module, env: Distributed, strategy: str = "ddp") -> nn.Module:
+    """DDP (replicated weights) or FSDP (sharded weights) around `model`; itself when alone."""
+    if not env.enabled:
+        return model
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel(model, use_orig_params=True)
+    device_ids = [env.device.index] if env.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model inside DDP / FSDP / torch.compile wrappers."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None or not isinstance(inner, nn.Module):
+            return model
+        model = inner
+
+
+def all_reduce_mean(value: float, env: Distributed) -> float:
+    """The mean of a scalar over all processes."""
+    if not env.enabled:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=env.device)
+    dist.all_reduce(tensor)
+    return tensor.item() / env.world_size

@@ -1,0 +1,114 @@
+"""Evaluation over a whole split, every token scored exactly once, as papers report it.
+
+Shapes: B batch, L window length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from formers.data.batching import IGNORE_INDEX, eval_segments, eval_streams
+
+
+@dataclass
+class EvalResult:
+    """Loss and its usual transforms over the scored tokens of a split."""
+
+    loss: float  # mean negative log-likelihood, nats per token
+    tokens: int  # tokens scored
+    perplexity: float
+    bits_per_token: float  # = bits per character / byte for char and byte tokenizers
+    bits_per_byte: float | None  # over the split's UTF-8 bytes, when the whole split was scored
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def uses_memory(model: nn.Module) -> bool:
+    """Whether the model carries segment memory between calls (Transformer-XL)."""
+    model = getattr(model, "module", model)
+    model = getattr(model, "_orig_mod", model)
+    return bool(getattr(model, "uses_memory", False))
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    tokens: Tensor,
+    *,
+    seq_len: int,
+    batch_size: int = 16,
+    context_len: int = 0,
+    max_tokens: int | None = None,
+    split_bytes: int | None = None,
+    device: torch.device | str = "cpu",
+    autocast: AbstractContextManager | None = None,
+) -> EvalResult:
+    """Score every target of `tokens` (a 1-D split) once.
+
+    A model with memory reads the split as `batch_size` contiguous streams, carrying memory
+    from segment to segment; any other model scores windows of `seq_len` targets, each
+    preceded by up to `context_len` already-scored tokens as context.
+
+    Args:
+        model: a causal LM (called as model(inputs) or model(inputs, memory=...)).
+        tokens: (N,) token ids of the split.
+        seq_len: targets scored per window or segment.
+        batch_size: windows (or streams) per forward pass.
+        context_len: extra left context per window (ignored by memory models).
+        max_tokens: score only the first `max_tokens` targets (a quick estimate).
+        split_bytes: UTF-8 bytes of the whole split, for bits per byte.
+        device: where to run.
+        autocast: a context manager for mixed precision, or None.
+    """
+    whole = max_tokens is None or max_tokens + 1 >= len(tokens)
+    if not whole:
+        tokens = tokens[: max_tokens + 1]
+    was_training = model.training
+    model.eval()
+    recurrent = uses_memory(model)
+    batches = (
+        eval_streams(tokens, seq_len, batch_size)
+        if recurrent
+        else eval_segments(tokens, seq_len, context_len, batch_size)
+    )
+    total, count, memory = 0.0, 0, None
+    try:
+        for batch in batches:
+            inputs = batch.inputs.to(device)
+            targets = batch.targets.to(device)
+            with autocast or nullcontext():
+                if recurrent:
+                    if batch.stream_restarted:
+                        memory = None
+                    out = model(inputs, memory=memory)
+                    memory = out.memory
+                else:
+                    out = model(inputs)
+            nll = F.cross_entropy(
+                out.logits.flatten(0, 1).float(),
+                targets.flatten(),
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+            total += nll.item()
+            count += batch.n_scored
+    finally:
+        model.train(was_training)
+    loss = total / max(count, 1)
+    bits_per_byte = None
+    if whole and split_bytes:
+        bits_per_byte = total / math.log(2) / split_bytes
+    return EvalResult(
+        loss=loss,
+        tokens=count,
+        perplexity=math.exp(min(loss, 700.0)),
+        bits_per_token=loss / math.log(2),
+        bits_per_byte=bits_per_byte,
+    )

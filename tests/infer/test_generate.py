@@ -1,0 +1,360 @@
+"""Generation: cached == recomputed decoding, the learned-position window, sampling rules,
+stop tokens, argument checks, and models that carry segment memory instead of a cache."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import random_tokens, tiny_config
+from torch import nn
+
+import formers
+from formers.infer import generate, iter_generate, sample_next
+
+V = 50
+
+
+def vanilla(**overrides) -> nn.Module:
+    return formers.build(tiny_config("vanilla", **overrides)).eval()
+
+
+@torch.no_grad()
+def reference_greedy(model: nn.Module, prompt: torch.Tensor, n: int, window: int | None = None):
+    """Greedy decoding the obvious way: a full forward over the (cropped) context per token."""
+    tokens = prompt
+    for _ in range(n):
+        context = tokens if window is None else tokens[:, -window:]
+        next_token = model(context).logits[:, -1].argmax(-1)  # (B,)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+    return tokens
+
+
+def record_calls(model: nn.Module) -> list[tuple[int, bool]]:
+    """(input length, whether a cache was passed) for every forward of `model`."""
+    calls = []
+
+    def hook(module, args, kwargs):
+        calls.append((args[0].shape[1], kwargs.get("cache") is not None))
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    return calls
+
+
+# --- cached vs recomputed ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_greedy_with_cache_equals_without(norm):
+    # untied: with tied embeddings an untrained model's greedy choice is the last token again
+    # and again, which would hide a broken cache.
+    model = vanilla(norm=norm, tie_embeddings=False)
+    prompt = random_tokens(2, 6, V)
+    cached = generate(model, prompt, 40, temperature=0)
+    uncached = generate(model, prompt, 40, temperature=0, use_cache=False)
+    assert cached.shape == (2, 46)
+    assert torch.equal(cached[:, :6], prompt)
+    assert torch.equal(cached, uncached)
+    assert torch.equal(cached, reference_greedy(model, prompt, 40))
+    assert cached[:, 6:].unique().numel() > 5  # a non-degenerate continuation
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_seeded_sampling_with_cache_equals_without(norm, position):
+    # sampling visits many more states than greedy decoding of an untrained model, and a
+    # draw only flips if the two paths' probabilities differ by more than float noise.
+    model = vanilla(norm=norm, position=position, max_len=16)
+    prompt = random_tokens(2, 6, V)
+    cached = generate(model, prompt, 40, seed=5)
+    assert torch.equal(cached, generate(model, prompt, 40, seed=5, use_cache=False))
+    assert cached[:, 6:].unique().numel() > 10
+
+
+@pytest.mark.parametrize("prompt_len", [6, 20])
+def test_learned_positions_fall_back_to_a_window_of_max_len(prompt_len):
+    max_len, n = 16, 30
+    model = vanilla(position="learned", max_len=max_len, tie_embeddings=False)
+    prompt = random_tokens(2, prompt_len, V)
+    calls = record_calls(model)
+    cached = generate(model, prompt, n, temperature=0)
+    cached_calls = list(calls)
+    uncached = generate(model, prompt, n, temperature=0, use_cache=False)
+    assert cached.shape == (2, prompt_len + n)
+    assert torch.equal(cached, uncached)
+    assert torch.equal(cached, reference_greedy(model, prompt, n, window=max_len))
+    with pytest.raises(formers.InputError, match="max_len"):
+        model(cached)  # the whole sequence does not fit: the window was needed
+    # the cache serves steps up to max_len positions; then every step re-encodes max_len tokens
+    incremental = max(0, max_len - prompt_len)
+    expected = [(prompt_len, True)] if prompt_len <= max_len else [(max_len, False)]
+    expected += [(1, True)] * incremental
+    expected += [(max_len, False)] * (n - 1 - incremental)
+    assert cached_calls == expected
+
+
+def test_max_context_crops_cached_and_uncached_alike():
+    model = vanilla(tie_embeddings=False)
+    prompt = random_tokens(2, 5, V)
+    cached = generate(model, prompt, 25, temperature=0, max_context=8)
+    uncached = generate(model, prompt, 25, temperature=0, max_context=8, use_cache=False)
+    assert torch.equal(cached, uncached)
+    assert torch.equal(cached, reference_greedy(model, prompt, 25, window=8))
+
+
+def test_iter_generate_streams_what_generate_returns():
+    model = vanilla()
+    prompt = random_tokens(2, 4, V)
+    steps = list(iter_generate(model, prompt, 12, seed=3))
+    assert len(steps) == 12 and all(step.shape == (2,) for step in steps)
+    assert torch.equal(torch.stack(steps, 1), generate(model, prompt, 12, seed=3)[:, 4:])
+
+
+def test_list_and_1d_prompts_are_one_sequence():
+    model = vanilla()
+    out = generate(model, [3, 1, 4], 5, temperature=0)
+    assert out.shape == (1, 8)
+    assert torch.equal(out, generate(model, torch.tensor([3, 1, 4]), 5, temperature=0))
+    assert torch.equal(out, generate(model, torch.tensor([[3, 1, 4]]), 5, temperature=0))
+    assert torch.equal(generate(model, [3, 1, 4], 0), torch.tensor([[3, 1, 4]]))
+
+
+# --- sampling ------------------------------------------------------------------------------
+
+
+def test_same_seed_repeats_other_seed_differs_and_global_rng_untouched():
+    model = vanilla()
+    prompt = random_tokens(2, 4, V)
+    state = torch.get_rng_state()
+    first = generate(model, prompt, 30, seed=1)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(first, generate(model, prompt, 30, seed=1))
+    assert not torch.equal(first, generate(model, prompt, 30, seed=2))
+
+
+def test_top_k_1_and_tiny_top_p_are_greedy():
+    model = vanilla()
+    prompt = random_tokens(2, 4, V)
+    greedy = generate(model, prompt, 30, temperature=0)
+    assert torch.equal(generate(model, prompt, 30, top_k=1, seed=0), greedy)
+    assert torch.equal(generate(model, prompt, 30, top_p=1e-6, seed=0), greedy)
+    assert torch.equal(generate(model, prompt, 30, temperature=5.0, top_k=1, seed=0), greedy)
+
+
+LOGITS = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+N_SAMPLES = 200_000
+
+
+def frequencies(**kwargs) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(0)
+    samples = sample_next(LOGITS.expand(N_SAMPLES, -1), generator=generator, **kwargs)
+    assert samples.shape == (N_SAMPLES,) and samples.dtype == torch.long
+    return torch.bincount(samples, minlength=len(LOGITS)).float() / N_SAMPLES
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0, 2.0])
+def test_sample_next_follows_the_tempered_softmax(temperature):
+    expected = torch.softmax(LOGITS / temperature, dim=-1)
+    # 0.005 is > 4 standard deviations of a frequency from 200k draws
+    torch.testing.assert_close(frequencies(temperature=temperature), expected, atol=5e-3, rtol=0)
+
+
+def test_top_k_never_emits_excluded_tokens_and_renormalises():
+    freq = frequencies(temperature=0.7, top_k=3)
+    assert freq[3:].sum() == 0
+    expected = torch.softmax(LOGITS[:3] / 0.7, dim=-1)
+    torch.testing.assert_close(freq[:3], expected, atol=5e-3, rtol=0)
+    # top_k >= V keeps everything: the very same draws as no top_k
+    torch.testing.assert_close(frequencies(top_k=100), frequencies(), atol=0, rtol=0)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = torch.softmax(LOGITS, dim=-1)  # ≈ [0.56, 0.21, 0.13, 0.08, 0.03, 0.004]
+    p = float(probs[0] + probs[1] / 2)  # token 0 alone falls short, tokens {0, 1} reach it
+    freq = frequencies(top_p=p)
+    assert freq[2:].sum() == 0
+    torch.testing.assert_close(freq[:2], probs[:2] / probs[:2].sum(), atol=5e-3, rtol=0)
+    # k first, then p: top_k=3 renormalises so token 0 alone reaches p=0.6
+    assert torch.equal(frequencies(top_k=3, top_p=0.6), torch.tensor([1.0, 0, 0, 0, 0, 0]))
+
+
+def test_temperature_zero_is_argmax_in_any_dtype():
+    logits = torch.randn(4, V).to(torch.bfloat16)
+    torch.testing.assert_close(sample_next(logits, temperature=0), logits.float().argmax(-1))
+    assert sample_next(logits, top_p=0.9).shape == (4,)
+
+
+# --- stop token, modes, errors -------------------------------------------------------------
+
+
+def first_index(row: torch.Tensor, token: int) -> int | None:
+    hits = (row == token).nonzero()
+    return int(hits[0]) if len(hits) else None
+
+
+def test_stop_token_halts_when_every_row_has_produced_it():
+    model = vanilla()
+    prompt = random_tokens(2, 5, V)
+    free = generate(model, prompt, 30, temperature=0)[:, 5:]  # (2, 30)
+    stop = int(free[0, 2])
+    first0, first1 = first_index(free[0], stop), first_index(free[1], stop)
+    # one row alone halts right after its stop token
+    alone = generate(model, prompt[:1], 30, temperature=0, stop_token=stop)
+    assert alone.shape == (1, 5 + first0 + 1) and int(alone[0, -1]) == stop
+    assert len(list(iter_generate(model, prompt[:1], 30, temperature=0, stop_token=stop))) == (
+        first0 + 1
+    )
+    # in a batch, finished rows repeat the stop token until the last row finishes
+    both = generate(model, prompt, 30, temperature=0, stop_token=stop)[:, 5:]
+    assert both.shape[1] == (30 if first1 is None else max(first0, first1) + 1)
+    assert torch.equal(both[0, : first0 + 1], free[0, : first0 + 1])
+    assert (both[0, first0:] == stop).all()
+    assert torch.equal(both[1], free[1, : both.shape[1]])  # rows decode independently
+
+
+def test_train_and_eval_modes_are_restored():
+    model = formers.build(tiny_config("vanilla", dropout=0.3)).train()
+    model.layers[0].eval()  # a mixed state must come back exactly
+    before = [m.training for m in model.modules()]
+    prompt = random_tokens(2, 4, V)
+    first = generate(model, prompt, 10, temperature=0)
+    assert [m.training for m in model.modules()] == before
+    # generation ran without dropout, so greedy decoding repeats
+    assert torch.equal(first, generate(model, prompt, 10, temperature=0))
+    stream = iter_generate(model, prompt, 10)
+    next(stream)
+    assert not any(m.training for m in model.modules())
+    stream.close()
+    assert [m.training for m in model.modules()] == before
+    model.eval()
+    generate(model, prompt, 3)
+    assert not any(m.training for m in model.modules())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_k=0), "top_k"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(max_context=0), "max_context"),
+        (dict(stop_token=V), "stop_token"),
+        (dict(prompt=[]), "at least one token"),
+        (dict(prompt=torch.zeros(2, 0, dtype=torch.long)), "at least one token"),
+        (dict(prompt=torch.ones(1, 3)), "integer"),
+        (dict(prompt=torch.ones(1, 1, 3, dtype=torch.long)), "shape"),
+    ],
+)
+def test_bad_arguments_raise_value_error_at_the_call(kwargs, match):
+    model = vanilla()
+    args = dict(prompt=[1, 2, 3], max_new_tokens=5) | kwargs
+    prompt, n = args.pop("prompt"), args.pop("max_new_tokens")
+    with pytest.raises(ValueError, match=match):
+        iter_generate(model, prompt, n, **args)  # raised before the first next()
+    with pytest.raises(ValueError, match=match):
+        generate(model, prompt, n, **args)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [dict(temperature=-0.5), dict(top_p=0.0), dict(top_p=2.0), dict(top_k=0)]
+)
+def test_sample_next_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        sample_next(torch.zeros(2, V), **kwargs)
+
+
+def test_encoder_decoder_models_are_refused():
+    model = formers.build(tiny_config("transformer"))
+    with pytest.raises(ValueError, match="decoder-only"):
+        generate(model, [1, 2], 3)
+
+
+# --- models with segment memory --------------------------------------------------------------
+
+
+class CountingLM(nn.Module):
+    """Predicts (tokens seen so far + current token) mod V at every position, as one-hot logits.
+
+    It learns how many tokens came before only from its input, so any mistake in what is fed
+    (or carried) changes the prediction.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[torch.Tensor, list[torch.Tensor] | None]] = []
+        self.outputs: list[formers.ModelOutput] = []
+
+    def predict(self, tokens: torch.Tensor, seen: torch.Tensor) -> formers.ModelOutput:
+        count = seen[:, None] + torch.arange(1, tokens.shape[1] + 1)  # (B, T)
+        logits = F.one_hot((count + tokens) % V, V).float()  # (B, T, V)
+        memory = [seen + tokens.shape[1]]  # one "layer": tokens seen so far, (B,)
+        out = formers.ModelOutput(logits, None, torch.zeros(()), memory)
+        self.outputs.append(out)
+        return out
+
+    def forward(self, tokens: torch.Tensor) -> formers.ModelOutput:
+        self.calls.append((tokens.clone(), None))
+        return self.predict(tokens, torch.zeros(tokens.shape[0], dtype=torch.long))
+
+
+class CountingMemoryLM(CountingLM):
+    """The same, but the count of earlier tokens arrives through `memory`."""
+
+    uses_memory = True
+
+    def forward(self, tokens: torch.Tensor, memory=None) -> formers.ModelOutput:
+        self.calls.append((tokens.clone(), memory))
+        seen = memory[0] if memory is not None else torch.zeros(tokens.shape[0], dtype=torch.long)
+        return self.predict(tokens, seen)
+
+
+def counting_reference(prompt: torch.Tensor, n: int, window: int | None = None) -> torch.Tensor:
+    tokens = prompt
+    for _ in range(n):
+        seen = tokens.shape[1] if window is None else min(tokens.shape[1], window)
+        tokens = torch.cat([tokens, (seen + tokens[:, -1:]) % V], dim=1)
+    return tokens
+
+
+def test_memory_is_carried_and_only_the_new_token_is_fed():
+    model = CountingMemoryLM()
+    prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
+    out = generate(model, prompt, 12, temperature=0)
+    assert torch.equal(out, counting_reference(prompt, 12))
+    assert len(model.calls) == 12  # the prompt, then one call per token but the last
+    assert torch.equal(model.calls[0][0], prompt) and model.calls[0][1] is None
+    for step in range(1, 12):
+        tokens, memory = model.calls[step]
+        assert torch.equal(tokens, out[:, 4 + step - 1 : 4 + step])
+        assert memory is model.outputs[step - 1].memory
+
+
+def test_memory_model_without_cache_recomputes_the_same_tokens():
+    model = CountingMemoryLM()
+    prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
+    out = generate(model, prompt, 12, temperature=0, use_cache=False)
+    assert torch.equal(out, counting_reference(prompt, 12))
+    assert [c[0].shape[1] for c in model.calls] == list(range(4, 16))
+    assert all(memory is None for _, memory in model.calls)
+    with pytest.raises(ValueError, match="max_context"):
+        generate(model, prompt, 3, max_context=4)
+
+
+def test_stateless_model_recomputes_a_cropped_context():
+    model = CountingLM()  # no new_cache, no uses_memory attribute
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    out = generate(model, prompt, 10, temperature=0, max_context=4)
+    assert torch.equal(out, counting_reference(prompt, 10, window=4))
+    assert [c[0].shape[1] for c in model.calls] == [4] * 10
+
+
+def test_memory_model_that_returns_no_memory_is_an_error():
+    class Forgetful(CountingMemoryLM):
+        def forward(self, tokens, memory=None):
+            out = super().forward(tokens, memory)
+            out.memory = None
+            return out
+
+    with pytest.raises(ValueError, match="returned no memory"):
+        generate(Forgetful(), [1, 2, 3], 4)

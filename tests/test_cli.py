@@ -1,0 +1,106 @@
+"""`formers train → eval → generate → train --resume` end to end, as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def formers(*args, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "formers", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+TINY = [
+    "--model.n_layers",
+    "1",
+    "--model.d_model",
+    "32",
+    "--model.n_heads",
+    "2",
+    "--model.d_ff",
+    "64",
+    "--train.batch_size",
+    "2",
+    "--train.seq_len",
+    "16",
+    "--train.eval_every",
+    "0",
+    "--train.precision",
+    "fp32",
+    "--train.log_every",
+    "1",
+    "--no-progress",
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "tiny.txt"
+    path.write_text("".join(f"to be or not to be, line {i}\n" for i in range(300)))
+    return path
+
+
+def test_train_eval_generate_resume(tmp_path, corpus):
+    run = tmp_path / "run"
+    trained = formers(
+        "train", "--run-dir", run, "--train.corpus", corpus, "--train.max_steps", "4", *TINY
+    )
+    summary = json.loads(trained.stdout)
+    assert summary["step"] == 4 and summary["valid"]["tokens"] > 0
+
+    evaluated = json.loads(formers("eval", run, "--split", "test").stdout)
+    assert evaluated["split"] == "test" and evaluated["step"] == 4
+    assert evaluated["tokens"] > 0 and evaluated["bits_per_byte"] > 0
+
+    sample = formers("generate", run, "--prompt", "to be", "--max-new-tokens", "20", "--seed", "1")
+    assert sample.stdout.startswith("to be") and len(sample.stdout) > len("to be")
+    again = formers("generate", run, "--prompt", "to be", "--max-new-tokens", "20", "--seed", "1")
+    assert again.stdout == sample.stdout
+
+    refused = formers("train", "--run-dir", run, "--train.corpus", corpus, *TINY, check=False)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+
+    resumed = formers("train", "--run-dir", run, "--resume", "--train.max_steps", "6", *TINY)
+    assert json.loads(resumed.stdout)["step"] == 6
+    steps = [
+        json.loads(line)["step"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if '"train"' in line
+    ]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_yaml_config_and_unknown_keys(tmp_path, corpus):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"preset: vanilla\nmodel:\n  d_model: 32\ntrain:\n  corpus: {corpus}\n")
+    result = formers(
+        "train", "--config", config, "--run-dir", tmp_path / "r", "--train.max_steps", "1", *TINY
+    )
+    assert json.loads(result.stdout)["step"] == 1
+    saved = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert saved["model"]["d_model"] == 32
+
+    bad = formers("train", "--run-dir", tmp_path / "x", "--model.d_modle", "32", check=False)
+    assert bad.returncode == 2 and "did you mean 'd_model'" in bad.stderr
+    bad = formers("train", "--run-dir", tmp_path / "x", "--train.lr", "fast", check=False)
+    assert bad.returncode == 2 and "train.lr='fast' must be of type float" in bad.stderr
+    bad = formers(
+        "train", "--run-dir", tmp_path / "x", "--train.corpus", tmp_path / "nope.txt", check=False
+    )
+    assert bad.returncode == 2 and "nope.txt" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
+    result = formers("eval", tmp_path / "nothing", check=False)
+    assert result.returncode == 2 and "no run folder" in result.stderr
+    result = formers("generate", "--help")
+    assert "--temperature" in result.stdout
