@@ -229,7 +229,7 @@ def _decode(
                 # no cache, or the cache would pass the window: re-encode the last W tokens
                 # from position 0 on every remaining step (see the module docstring).
                 cache = None
-                out = model(_crop(tokens[:, :end], window and window - 1))
+                out = model(_crop(tokens[:, :end], window))
     finally:
         for module, training in modes:
             module.training = training

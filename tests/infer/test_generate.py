@@ -190,24 +190,34 @@ def first_index(row: torch.Tensor, token: int) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-def test_stop_token_halts_when_every_row_has_produced_it():
-    model = vanilla()
+def test_stop_token_halts_a_row_and_finished_rows_repeat_it():
+    model = vanilla(tie_embeddings=False)  # a tied untrained model repeats any token anyway
     prompt = random_tokens(2, 5, V)
     free = generate(model, prompt, 30, temperature=0)[:, 5:]  # (2, 30)
-    stop = int(free[0, 2])
-    first0, first1 = first_index(free[0], stop), first_index(free[1], stop)
+    stop = int(free[0, 0])
+    assert not (free[0] == stop).all()  # row 0 alone would go on to other tokens
     # one row alone halts right after its stop token
     alone = generate(model, prompt[:1], 30, temperature=0, stop_token=stop)
-    assert alone.shape == (1, 5 + first0 + 1) and int(alone[0, -1]) == stop
-    assert len(list(iter_generate(model, prompt[:1], 30, temperature=0, stop_token=stop))) == (
-        first0 + 1
-    )
-    # in a batch, finished rows repeat the stop token until the last row finishes
+    assert torch.equal(alone, torch.cat([prompt[:1], free[:1, :1]], dim=1))
+    assert len(list(iter_generate(model, prompt[:1], 30, temperature=0, stop_token=stop))) == 1
+    # in a batch, a finished row repeats the stop token while the others go on undisturbed
     both = generate(model, prompt, 30, temperature=0, stop_token=stop)[:, 5:]
-    assert both.shape[1] == (30 if first1 is None else max(first0, first1) + 1)
-    assert torch.equal(both[0, : first0 + 1], free[0, : first0 + 1])
-    assert (both[0, first0:] == stop).all()
-    assert torch.equal(both[1], free[1, : both.shape[1]])  # rows decode independently
+    first1 = first_index(free[1], stop)
+    assert both.shape[1] == (30 if first1 is None else first1 + 1)
+    assert (both[0] == stop).all()
+    assert torch.equal(both[1], free[1, : both.shape[1]])
+
+
+def test_stop_token_halts_when_the_last_row_produces_it():
+    model = CountingMemoryLM()
+    prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
+    # rows continue 5, 10, 16, ... and 10, 15, 21, ...: 10 ends row 1 first, then row 0
+    assert torch.equal(
+        counting_reference(prompt, 3)[:, 4:], torch.tensor([[5, 10, 16], [10, 15, 21]])
+    )
+    out = generate(model, prompt, 20, temperature=0, stop_token=10)
+    assert torch.equal(out[:, 4:], torch.tensor([[5, 10], [10, 10]]))
+    assert len(model.calls) == 2  # no forward after the last token
 
 
 def test_train_and_eval_modes_are_restored():
