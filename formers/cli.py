@@ -134,10 +134,11 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
             f"{corpus.name} has no {args.split!r} split; it has {list(corpus.splits)}"
         )
     tc = run.config.train
+    lengths = xl_eval_lengths(run, args)
     result = evaluate(
         run.model,
         corpus.splits[args.split],
-        seq_len=args.seq_len or tc.seq_len,
+        seq_len=args.tgt_len or args.seq_len or tc.seq_len,
         batch_size=args.batch_size,
         context_len=args.context_len,
         max_tokens=args.max_tokens,
@@ -150,10 +151,38 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         "corpus": corpus.name,
         "split": args.split,
         "unit": corpus.unit,
+        **lengths,
         **result.as_dict(),
     }
     print(json.dumps(report, indent=2))
     return 0
+
+
+def xl_eval_lengths(run: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Apply --mem-len/--clamp-len/--same-length to a Transformer-XL run; report its lengths."""
+    changes = {
+        name: getattr(args, name)
+        for name in ("mem_len", "clamp_len", "same_length")
+        if getattr(args, name) is not None
+    }
+    if not callable(getattr(run.model, "reset_length", None)):
+        if changes or args.tgt_len is not None:
+            kind = run.config.model.attention.kind
+            raise FormersError(
+                "--mem-len, --tgt-len, --clamp-len and --same-length apply to Transformer-XL runs "
+                f"(attention.kind='xl'), and this run has attention.kind={kind!r}: use --seq-len "
+                "and --context-len to set its windows"
+            )
+        return {}
+    run.model.reset_length(**changes)
+    xl = run.model.cfg.attention
+    tgt_len = args.tgt_len or args.seq_len or run.config.train.seq_len
+    return {
+        "tgt_len": tgt_len,
+        "mem_len": xl.mem_len,
+        "clamp_len": xl.max_distance,
+        "same_length": xl.same_length,
+    }
 
 
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
@@ -238,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-len", type=int, default=0, help="extra left context per window")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
+    xl = p.add_argument_group("Transformer-XL runs (override the trained lengths)")
+    xl.add_argument("--tgt-len", type=int, help="segment length: tokens scored per step")
+    xl.add_argument("--mem-len", type=int, help="memory length: hidden states kept per layer")
+    xl.add_argument("--clamp-len", type=int, help="cap relative distances (-1: no cap)")
+    xl.add_argument(
+        "--same-length",
+        action=argparse.BooleanOptionalAction,
+        help="every query sees the same number of keys (mem_len + 1)",
+    )
     p.add_argument("--data-dir")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_eval)

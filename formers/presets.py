@@ -10,6 +10,9 @@ from formers.config import ModelConfig, did_you_mean
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
+from formers.variants.primer_ez import MDHAConfig
+from formers.variants.xl import XLConfig
+from formers.variants.xl_primer import PrimerXLConfig
 
 
 def vanilla() -> ModelConfig:
@@ -27,9 +30,62 @@ def transformer() -> ModelConfig:
     return dataclasses.replace(vanilla(), arch="encoder_decoder", vocab_size=37000, pad_id=0)
 
 
+def squared_relu() -> ModelConfig:
+    """Primer's feed-forward alone: vanilla with act(x) = max(x, 0)² (So et al. 2021)."""
+    return override(vanilla(), {"ffn.activation": "squared_relu"})
+
+
+def dconv() -> ModelConfig:
+    """Primer's attention alone: vanilla with multi-DConv-head attention (kernel 3)."""
+    return dataclasses.replace(vanilla(), attention=MDHAConfig())
+
+
+def primer_ez() -> ModelConfig:
+    """Primer EZ (So et al. 2021, arXiv 2109.08668): vanilla + squared ReLU + MDHA."""
+    return override(vanilla(), {"ffn.activation": "squared_relu", "attention": MDHAConfig()})
+
+
+def transformer_xl() -> ModelConfig:
+    """Transformer-XL (Dai et al. 2019): vanilla + relative attention + segment memory.
+
+    Post-LN as the reference code's default (`norm="pre"` for its pre_lnorm option); no
+    absolute positions, they live in the attention; memory of 128 states per layer.
+    """
+    return dataclasses.replace(vanilla(), attention=XLConfig(mem_len=128), position="none")
+
+
+def transformer_xl_enwik8() -> ModelConfig:
+    """Transformer-XL's 12-layer enwik8 model (Dai et al. 2019, §4.1): 41M parameters, bytes.
+
+    d_model=512, 8 heads, d_ff=2048, dropout 0.1, memory 512: train with seq_len 512, evaluate
+    as the reference scripts do with --tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length.
+    A GPU model.
+    """
+    return dataclasses.replace(
+        transformer_xl(), n_layers=12, vocab_size=256, attention=XLConfig(mem_len=512)
+    )
+
+
+def primer_xl() -> ModelConfig:
+    """Primer EZ inside Transformer-XL: squared ReLU, DConv and relative attention, memory.
+
+    The convolutions read the previous segment's tail instead of zero padding.
+    """
+    return override(
+        transformer_xl(),
+        {"ffn.activation": "squared_relu", "attention": PrimerXLConfig(mem_len=128)},
+    )
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
+    "primer-ez": primer_ez,
+    "squared-relu": squared_relu,
+    "dconv": dconv,
+    "transformer-xl": transformer_xl,
+    "transformer-xl-enwik8": transformer_xl_enwik8,
+    "primer-xl": primer_xl,
 }
 
 

@@ -11,9 +11,22 @@ from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.feedforward import FeedForward
+from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention
+from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
+from formers.variants.xl_primer import PrimerXLAttention, PrimerXLConfig
 
-ATTENTION: dict[str, type[MultiHeadAttention]] = {"vanilla": MultiHeadAttention}
-ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {"vanilla": AttentionConfig}
+ATTENTION: dict[str, type[MultiHeadAttention]] = {
+    "vanilla": MultiHeadAttention,
+    "mdha": MultiDConvHeadAttention,
+    "xl": RelativeMultiHeadAttention,
+    "primer_xl": PrimerXLAttention,
+}
+ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {
+    "vanilla": AttentionConfig,
+    "mdha": MDHAConfig,
+    "xl": XLConfig,
+    "primer_xl": PrimerXLConfig,
+}
 
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward}
 FFN_CONFIG: dict[str, type[FFNConfig]] = {"dense": FFNConfig}

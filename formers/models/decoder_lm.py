@@ -5,36 +5,21 @@ Shapes: B batch, T length, D model width, V vocabulary.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from formers.config import ModelConfig
 from formers.errors import InputError
-from formers.layers.block import Block, final_norm
 from formers.layers.cache import Cache
-from formers.layers.embedding import InputEmbedding
 from formers.layers.mask import AttentionMask, padding_mask
-from formers.models.common import AuxLosses, check_targets, language_model_loss, tied_output
 from formers.models.output import ModelOutput
-from formers.registry import build_attention, build_ffn
+from formers.models.stack import BlockStackLM
 
 
-class DecoderLM(nn.Module):
+class DecoderLM(BlockStackLM):
     """p(x_t | x_<t) with a stack of causal self-attention blocks.
 
     Args:
         cfg: the model config (arch="decoder").
     """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.embed = InputEmbedding(cfg, cfg.vocab_size)
-        self.layers = nn.ModuleList(
-            Block(cfg, build_attention(cfg), build_ffn(cfg)) for _ in range(cfg.n_layers)
-        )
-        self.final_norm = final_norm(cfg)
-        self.lm_head = tied_output(self.embed.token, cfg.tie_embeddings)
-        self.aux_losses = AuxLosses(self)
 
     def new_cache(self) -> Cache:
         """An empty key/value cache for incremental decoding with `cache=`."""
@@ -69,9 +54,4 @@ class DecoderLM(nn.Module):
             x = layer(x, mask, cache=cache.layers[i] if cache is not None else None)
         if cache is not None:
             cache.position += tokens.shape[1]
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
-        loss = None
-        if targets is not None:
-            check_targets(targets, tokens, self.cfg.vocab_size)
-            loss = language_model_loss(logits, targets, self.cfg.pad_id)
-        return ModelOutput(logits=logits, loss=loss, aux_loss=self.aux_losses.total(logits))
+        return self.output(x, tokens, targets)

@@ -7,34 +7,19 @@ Shapes: B batch, T length, D model width, V vocabulary.
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from formers.config import ModelConfig
-from formers.layers.block import Block, final_norm
-from formers.layers.embedding import InputEmbedding
 from formers.layers.mask import AttentionMask, padding_mask
-from formers.models.common import AuxLosses, check_targets, language_model_loss, tied_output
 from formers.models.output import ModelOutput
-from formers.registry import build_attention, build_ffn
+from formers.models.stack import BlockStackLM
 
 
-class EncoderLM(nn.Module):
+class EncoderLM(BlockStackLM):
     """p(x_t | x_≠t) for masked positions, from a stack of bidirectional blocks.
 
     Args:
         cfg: the model config (arch="encoder").
     """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.embed = InputEmbedding(cfg, cfg.vocab_size)
-        self.layers = nn.ModuleList(
-            Block(cfg, build_attention(cfg), build_ffn(cfg)) for _ in range(cfg.n_layers)
-        )
-        self.final_norm = final_norm(cfg)
-        self.lm_head = tied_output(self.embed.token, cfg.tie_embeddings)
-        self.aux_losses = AuxLosses(self)
 
     def forward(
         self, tokens: Tensor, targets: Tensor | None = None, *, key_valid: Tensor | None = None
@@ -52,9 +37,4 @@ class EncoderLM(nn.Module):
         mask = AttentionMask(causal=False, key_valid=key_valid)
         for layer in self.layers:
             x = layer(x, mask)
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
-        loss = None
-        if targets is not None:
-            check_targets(targets, tokens, self.cfg.vocab_size)
-            loss = language_model_loss(logits, targets, self.cfg.pad_id)
-        return ModelOutput(logits=logits, loss=loss, aux_loss=self.aux_losses.total(logits))
+        return self.output(x, tokens, targets)

@@ -27,17 +27,14 @@ under DDP).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -46,6 +43,7 @@ from torch.optim import Optimizer
 
 from formers.errors import FormersError
 from formers.train import rng as _rng
+from formers.train.state_tree import flatten_state, own_storage, unflatten_state, view_key
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST_FILE = "latest"
@@ -107,193 +105,6 @@ class LoadedCheckpoint:
     config: dict
     state: TrainState
     memory: list[Tensor] | None = None
-
-
-# ---------------------------------------------------------------------------------------------
-# flatten_state / unflatten_state: nested Python state <-> (tensors, JSON skeleton)
-# ---------------------------------------------------------------------------------------------
-
-# A JSON object with exactly one of these keys is a tagged value, anything else a plain dict.
-_TENSOR, _NDARRAY, _TUPLE, _DICT, _FLOAT = (
-    "__tensor__",
-    "__ndarray__",
-    "__tuple__",
-    "__dict__",
-    "__float__",
-)
-_TAGS = frozenset({_TENSOR, _NDARRAY, _TUPLE, _DICT, _FLOAT})
-
-
-def flatten_state(obj: Any) -> tuple[dict[str, Tensor], Any]:
-    """Split nested state into safetensors-ready tensors and a JSON skeleton of everything else.
-
-    Supports dict (any hashable non-tensor keys, e.g. the int keys of `optimizer.state_dict()`),
-    list, tuple, int, float (incl. nan/inf), bool, str, None, Tensor and NumPy arrays; NumPy
-    scalars are stored as the matching Python scalar. Subclasses (namedtuple, OrderedDict) come
-    back as their base type.
-
-    Tensors are detached; one that is non-contiguous or shares storage with another stored tensor
-    is copied (safetensors refuses both), others may alias the input. Two references to the same
-    tensor view are stored once and come back as one tensor.
-
-    Args:
-        obj: the state to flatten.
-
-    Returns:
-        `(tensors, skeleton)`: `tensors` can go straight to `safetensors.torch.save_file` and
-        `skeleton` to `json.dumps(..., allow_nan=False)`.
-
-    Raises:
-        TypeError: for any other type, naming where in `obj` it sits.
-    """
-    flattener = _Flattener()
-    skeleton = flattener.encode(obj, ())
-    return flattener.tensors, skeleton
-
-
-def unflatten_state(tensors: Mapping[str, Tensor], skeleton: Any) -> Any:
-    """Rebuild the object `flatten_state` split into `tensors` and `skeleton`.
-
-    Args:
-        tensors: the tensors, e.g. from `safetensors.torch.load_file`.
-        skeleton: the JSON skeleton (already parsed).
-
-    Raises:
-        KeyError: the skeleton names a tensor that `tensors` does not have.
-        ValueError: the skeleton is malformed.
-    """
-    return _decode(skeleton, tensors)
-
-
-class _Flattener:
-    def __init__(self) -> None:
-        self.tensors: dict[str, Tensor] = {}
-        self._names_by_view: dict[tuple, str] = {}
-        self._storages: set[tuple] = set()
-
-    def encode(self, obj: Any, path: tuple) -> Any:
-        # bool before int: bool is a subclass of int, and JSON keeps true/false apart from 1/0.
-        if obj is None or isinstance(obj, (bool, str)):
-            return obj
-        if isinstance(obj, int):
-            return int(obj)
-        if isinstance(obj, float):
-            return float(obj) if math.isfinite(obj) else {_FLOAT: repr(float(obj))}
-        if isinstance(obj, Tensor):
-            return {_TENSOR: self._add_tensor(obj, path)}
-        if isinstance(obj, np.ndarray):
-            if obj.dtype.hasobject:
-                raise TypeError(f"cannot flatten an object-dtype array at {_fmt_path(path)}")
-            # A private C-ordered copy: from_numpy needs a writable, native-order array.
-            array = torch.from_numpy(np.array(obj, order="C", copy=True))
-            return {_NDARRAY: self._add_tensor(array, path)}
-        if isinstance(obj, np.generic):
-            return self.encode(obj.item(), path)
-        if isinstance(obj, tuple):
-            return {_TUPLE: [self.encode(v, (*path, i)) for i, v in enumerate(obj)]}
-        if isinstance(obj, list):
-            return [self.encode(v, (*path, i)) for i, v in enumerate(obj)]
-        if isinstance(obj, Mapping):
-            plain = all(isinstance(k, str) for k in obj) and not (
-                len(obj) == 1 and set(obj) & _TAGS
-            )
-            if plain:
-                return {k: self.encode(v, (*path, k)) for k, v in obj.items()}
-            return {
-                _DICT: [
-                    [self._encode_key(k, path), self.encode(v, (*path, k))] for k, v in obj.items()
-                ]
-            }
-        raise TypeError(
-            f"cannot flatten {type(obj).__name__} at {_fmt_path(path)}: only dict, list, tuple, "
-            "int, float, bool, str, None, Tensor and numpy arrays are stored (no pickle)"
-        )
-
-    def _encode_key(self, key: Any, path: tuple) -> Any:
-        if isinstance(key, (Tensor, np.ndarray)):
-            raise TypeError(f"cannot flatten a dict with a tensor key at {_fmt_path(path)}")
-        return self.encode(key, path)
-
-    def _add_tensor(self, tensor: Tensor, path: tuple) -> str:
-        if tensor.layout != torch.strided or tensor.is_quantized or tensor.device.type == "meta":
-            raise TypeError(
-                f"cannot flatten a {tensor.layout} / {tensor.device} tensor at {_fmt_path(path)}"
-            )
-        tensor = tensor.detach()
-        view = _view_key(tensor)
-        if view is not None and view in self._names_by_view:
-            return self._names_by_view[view]
-        tensor = _own_storage(tensor, self._storages)
-        name = base = _fmt_path(path)
-        suffix = 1
-        while name in self.tensors:  # paths can collide: {"a.b": x} vs {"a": {"b": y}}
-            name = f"{base}#{suffix}"
-            suffix += 1
-        self.tensors[name] = tensor
-        if view is not None:
-            self._names_by_view[view] = name
-        return name
-
-
-def _decode(node: Any, tensors: Mapping[str, Tensor]) -> Any:
-    if isinstance(node, list):
-        return [_decode(v, tensors) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if len(node) == 1:
-        ((tag, value),) = node.items()
-        if tag == _TENSOR:
-            return _get_tensor(tensors, value)
-        if tag == _NDARRAY:
-            return _get_tensor(tensors, value).cpu().numpy()
-        if tag == _TUPLE:
-            return tuple(_decode(v, tensors) for v in value)
-        if tag == _DICT:
-            return {_decode(k, tensors): _decode(v, tensors) for k, v in value}
-        if tag == _FLOAT:
-            if value not in ("nan", "inf", "-inf"):
-                raise ValueError(f"malformed skeleton: {_FLOAT} holds {value!r}")
-            return float(value)
-    return {k: _decode(v, tensors) for k, v in node.items()}
-
-
-def _get_tensor(tensors: Mapping[str, Tensor], name: str) -> Tensor:
-    try:
-        return tensors[name]
-    except KeyError:
-        raise KeyError(f"skeleton refers to tensor {name!r}, which is not stored") from None
-
-
-def _fmt_path(path: tuple) -> str:
-    return ".".join(str(p) for p in path) if path else "<root>"
-
-
-def _view_key(tensor: Tensor) -> tuple | None:
-    # Identifies one exact view of one storage; empty tensors have no storage to share.
-    ptr = tensor.untyped_storage().data_ptr()
-    if ptr == 0 or tensor.numel() == 0:
-        return None
-    return (
-        tensor.device,
-        ptr,
-        tensor.storage_offset(),
-        tuple(tensor.shape),
-        tuple(tensor.stride()),
-        tensor.dtype,
-    )
-
-
-def _own_storage(tensor: Tensor, seen_storages: set[tuple]) -> Tensor:
-    """Return `tensor`, or a compact copy when safetensors would refuse it: non-contiguous, or
-    sharing its storage with a tensor already stored in the same file."""
-    storage = (tensor.device, tensor.untyped_storage().data_ptr())
-    shared = storage[1] != 0 and storage in seen_storages
-    if shared or not tensor.is_contiguous():
-        tensor = tensor.clone(memory_format=torch.contiguous_format)
-        storage = (tensor.device, tensor.untyped_storage().data_ptr())
-    if storage[1] != 0:
-        seen_storages.add(storage)
-    return tensor
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,13 +298,13 @@ def _write_model(path: Path, model: nn.Module) -> None:
     storages: set[tuple] = set()
     for name, tensor in _unwrap(model).state_dict().items():
         tensor = tensor.detach()
-        view = _view_key(tensor)
+        view = view_key(tensor)
         if view is not None and view in first_name:
             aliases[name] = first_name[view]
             continue
         if view is not None:
             first_name[view] = name
-        tensors[name] = _own_storage(tensor, storages)
+        tensors[name] = own_storage(tensor, storages)
     metadata = {"format": "pt", _ALIASES_KEY: json.dumps(aliases)}
     save_file(tensors, str(path), metadata=metadata)
     _fsync_file(path)

@@ -12,6 +12,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from formers.errors import FormersError
+
 
 @dataclass(frozen=True)
 class Distributed:
@@ -65,6 +67,11 @@ def wrap(model: nn.Module, env: Distributed, strategy: str = "ddp") -> nn.Module
     if not env.enabled:
         return model
     if strategy == "fsdp":
+        if env.device.type != "cuda":
+            raise FormersError(
+                "train.distributed='fsdp' shards the weights across GPUs and needs CUDA devices; "
+                "on CPUs use train.distributed=ddp"
+            )
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         return FullyShardedDataParallel(model, use_orig_params=True)

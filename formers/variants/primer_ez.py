@@ -1,0 +1,199 @@
+"""Primer EZ, So et al. 2021, "Primer: Searching for Efficient Transformers for Language Modeling"
+(https://arxiv.org/abs/2109.08668).
+
+An architecture search over TensorFlow programs found two changes that carry most of Primer's
+gain; "Primer EZ" is vanilla plus just those two:
+  squared ReLU in the feed-forward network      act(x) = max(x, 0)²
+  multi-DConv-head attention (MDHA)             a causal depthwise convolution of width 3 along
+                                                the sequence after each of the Q, K, V projections
+
+Diff from vanilla:
+  - FeedForward(activation="squared_relu") (already in `formers.layers.feedforward`).
+  - `MultiDConvHeadAttention` overrides only `project`: q, k, v ← DConv(q), DConv(k), DConv(v).
+    `scores` and `weights` are vanilla, so the fused SDPA kernel still runs.
+  - During cached decoding the last kernel−1 *pre-conv* projections of each layer are kept in
+    `KVCache.extra`, so each new token's convolution sees the same inputs as a full pass.
+
+Shapes: B batch, T query length, S key length, P left-context length, H heads, K head dim,
+D = H·K model width.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from formers.config import AttentionConfig, ModelConfig
+from formers.errors import ConfigError, InputError
+from formers.layers.attention import MultiHeadAttention
+from formers.layers.cache import KVCache
+
+
+@dataclass(frozen=True)
+class MDHAConfig(AttentionConfig):
+    """Multi-DConv-head attention: vanilla attention plus a causal depthwise conv on q, k, v.
+
+    Args:
+        kernel_size: width of each convolution along the sequence (3 in the paper); position t
+            sees t, t−1, …, t−kernel_size+1.
+        conv_bias: give each convolution a per-channel bias (zero-initialised). The official code
+            has none; set False to match its parameter count exactly.
+    """
+
+    kind: str = "mdha"
+    kernel_size: int = 3
+    conv_bias: bool = True
+
+    def validate(self, model: ModelConfig) -> None:
+        super().validate(model)
+        size = self.kernel_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(
+                f"attention.kernel_size={size!r} must be a positive integer: the width of the "
+                "causal convolution along the sequence (3 in the Primer paper; 1 is a per-channel "
+                "scale with no mixing over time)"
+            )
+
+
+class DepthwiseCausalConv(nn.Module):
+    """y_t = Σ_{j<k} w_j ⊙ x_{t−j} + b, a separate kernel for every channel of every head.
+
+    The taps are kept as one (D,) vector per shift distance j, the layout of the official code
+    (`causal_depthwise_conv` in google-research primer/t5_models.py); being 1-d, they are also
+    spared weight decay, like the other per-channel gains. Initialisation as there: w_0 = 0.5,
+    w_j = 0.5 / k for j ≥ 1, so at the start each channel is about a smoothed copy of itself.
+
+    Args:
+        n_heads: heads H.
+        d_head: channels per head K.
+        kernel_size: taps k; k−1 past positions are mixed into each output.
+        bias: add a per-channel bias b (zero-initialised).
+    """
+
+    def __init__(self, n_heads: int, d_head: int, kernel_size: int = 3, bias: bool = True):
+        super().__init__()
+        self.n_heads, self.d_head, self.kernel_size = n_heads, d_head, kernel_size
+        channels = n_heads * d_head
+        self.taps = nn.ParameterList(
+            nn.Parameter(torch.full((channels,), 0.5 if shift == 0 else 0.5 / kernel_size))
+            for shift in range(kernel_size)
+        )
+        self.bias = nn.Parameter(torch.zeros(channels)) if bias else None
+
+    @property
+    def context_size(self) -> int:
+        """How many past inputs each output needs: kernel_size − 1."""
+        return self.kernel_size - 1
+
+    def forward(self, x: Tensor, prefix: Tensor | None = None) -> Tensor:
+        """Convolve (B, H, T, K) along T, causally.
+
+        Args:
+            x: (B, H, T, K) projections of T consecutive positions.
+            prefix: (B, H, P, K) projections of the positions just before x (a cache, or the
+                tail of a previous segment); only the last kernel_size−1 are used, and missing
+                ones are zeros (the causal zero padding of a sequence start).
+        """
+        span, length = self.context_size, x.shape[2]
+        shape = (self.n_heads, 1, self.d_head)  # broadcasts over (B, H, T, K)
+        if prefix is not None and span > 0:
+            x = torch.cat([prefix[:, :, max(0, prefix.shape[2] - span) :], x], dim=2)
+        x = F.pad(x, (0, 0, span + length - x.shape[2], 0))  # (B, H, span + T, K)
+        out = self.taps[0].to(x.dtype).view(shape) * x[:, :, span:]
+        for shift in range(1, self.kernel_size):
+            window = x[:, :, span - shift : span - shift + length]  # x_{t−shift}, (B, H, T, K)
+            out = out + self.taps[shift].to(x.dtype).view(shape) * window
+        if self.bias is not None:
+            out = out + self.bias.to(x.dtype).view(shape)
+        return out
+
+    def next_prefix(self, x: Tensor, prefix: Tensor | None = None) -> Tensor:
+        """The left context for the positions after x: the last kernel_size−1 of (prefix, x)."""
+        if prefix is not None:
+            x = torch.cat([prefix, x], dim=2)
+        return x[:, :, max(0, x.shape[2] - self.context_size) :]  # (B, H, ≤ k−1, K)
+
+
+class MultiDConvHeadAttention(MultiHeadAttention):
+    """Multi-head attention whose q, k and v each pass through a `DepthwiseCausalConv`.
+
+    Self-attention only: the encoder–decoder builds its cross-attention as plain
+    `MultiHeadAttention`. A `context` is read as Transformer-XL's `cat(memory, x)` (its last T rows
+    are x), so the convolutions see the memory's tail instead of zero padding.
+
+    Args:
+        d_model: model width D.
+        n_heads: heads H.
+        kernel_size: convolution width along the sequence (3 in the paper).
+        dropout: dropout on the attention weights.
+        bias: biases on the projections.
+        conv_bias: biases on the convolutions.
+    """
+
+    config_class = MDHAConfig
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        kernel_size: int = 3,
+        dropout: float = 0.0,
+        bias: bool = True,
+        conv_bias: bool = True,
+    ):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
+        self.q_dconv, self.k_dconv, self.v_dconv = (
+            DepthwiseCausalConv(n_heads, self.d_head, kernel_size, conv_bias) for _ in range(3)
+        )
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> MultiDConvHeadAttention:
+        """Build from a model config whose `attention` is an `MDHAConfig`."""
+        att = cfg.attention
+        return cls(
+            cfg.d_model,
+            cfg.n_heads,
+            kernel_size=att.kernel_size,
+            dropout=cfg.attn_dropout,
+            bias=att.bias,
+            conv_bias=att.conv_bias,
+        )
+
+    def project(
+        self, x: Tensor, context: Tensor | None = None, cache: KVCache | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Vanilla projections, then the depthwise convolutions, (B, H, T, K) each."""
+        if context is not None:
+            return self.project_with_memory(x, context)
+        projected = super().project(x)  # q, k, v before the convolutions
+        convs = (self.q_dconv, self.k_dconv, self.v_dconv)
+        if cache is None:  # a sequence start: zero left context
+            return tuple(conv(p) for conv, p in zip(convs, projected, strict=True))
+        out = []
+        for name, conv, p in zip(("q", "k", "v"), convs, projected, strict=True):
+            key = f"dconv_{name}"  # the last k−1 pre-conv projections, (B, H, ≤ k−1, K)
+            prefix = cache.extra.get(key)
+            out.append(conv(p, prefix))
+            cache.extra[key] = conv.next_prefix(p, prefix)
+        return tuple(out)
+
+    def project_with_memory(self, x: Tensor, context: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention over `context` = cat(memory, x) (B, M + T, D), queries from x (B, T, D).
+
+        k and v are convolved along the whole context; q's left context is the projection of the
+        last kernel_size−1 memory rows. The first kernel_size−1 memory keys still see zeros.
+        """
+        length, memory_length = x.shape[1], context.shape[1] - x.shape[1]
+        if memory_length < 0:
+            raise InputError(
+                f"MultiDConvHeadAttention is self-attention: context (length {context.shape[1]}) "
+                f"must be cat(memory, x) and so at least as long as x (length {length})"
+            )
+        span = self.q_dconv.context_size
+        memory_tail = context[:, max(0, memory_length - span) : memory_length]  # (B, ≤ k−1, D)
+        q, k, v = super().project(torch.cat([memory_tail, x], dim=1), context)
+        q = self.q_dconv(q)[:, :, q.shape[2] - length :]  # drop the memory rows, (B, H, T, K)
+        return q, self.k_dconv(k), self.v_dconv(v)
