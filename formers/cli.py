@@ -188,6 +188,7 @@ def xl_eval_lengths(run: Any, args: argparse.Namespace) -> dict[str, Any]:
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.infer import iter_generate
     from formers.run import load_run
+    from formers.train.evaluate import uses_memory
 
     run = load_run(args.run, args.device)
     prompt = run.tokenizer.encode(args.prompt)
@@ -196,6 +197,11 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     print(args.prompt, end="", flush=True)
     pieces: list[int] = []
     printed = ""
+    # A model with absolute positions has never seen positions past its training length:
+    # beyond it, slide a window of that length instead of extrapolating.
+    window = args.max_context
+    if window is None and not uses_memory(run.model):
+        window = run.config.train.seq_len
     for token in iter_generate(
         run.model,
         [prompt],
@@ -204,6 +210,7 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        max_context=window,
     ):
         pieces.append(int(token[0]))
         text = run.tokenizer.decode(pieces)
@@ -288,6 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int)
     p.add_argument("--top-p", type=float)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-context",
+        type=int,
+        help="tokens the model sees (default: the training length; memory models: unlimited)",
+    )
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_generate)
 

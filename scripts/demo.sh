@@ -7,9 +7,9 @@ run="runs/demo-$(date +%Y%m%d-%H%M%S)"
 formers train --preset vanilla --run-dir "$run" \
   --model.n_layers 4 --model.d_model 256 --model.n_heads 4 --model.d_ff 1024 --model.dropout 0 \
   --train.corpus stdlib --train.batch_size 16 --train.seq_len 128 --train.lr 2e-3 \
-  --train.max_steps 2000 --train.time_budget "${FORMERS_DEMO_BUDGET:-4m}" \
+  --train.max_steps 1200 --train.time_budget "${FORMERS_DEMO_BUDGET:-4m}" \
   --train.eval_every 250 --train.eval_tokens 50000
 echo "== test split =="
 formers eval "$run" --split test
 echo "== sample =="
-formers generate "$run" --prompt "def " --max-new-tokens 300 --temperature 0.7
+formers generate "$run" --prompt "def " --max-new-tokens 300 --temperature 0.8 --top-k 40

@@ -15,8 +15,11 @@ stamp="$venv/.formers-installed"
 want="$(cat "$root/pyproject.toml" | sha256sum | cut -c1-16)-$torch_version"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[formers] installing torch==$torch_version and formers (first run only)" >&2
-  python -m pip install --quiet --disable-pip-version-check "torch==$torch_version"
-  python -m pip install --quiet --disable-pip-version-check -e "$root[dev,plots,tensorboard]"
+  # (the filter drops pip's notes about package-index folders this machine does not have)
+  quiet_pip() { python -m pip install --quiet --disable-pip-version-check "$@" \
+    2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+  quiet_pip "torch==$torch_version"
+  quiet_pip -e "$root[dev,plots,tensorboard]"
   echo "$want" > "$stamp"
 fi
 cd "$root"
