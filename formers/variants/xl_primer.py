@@ -36,14 +36,6 @@ class PrimerXLAttention(MultiDConvHeadAttention, RelativeMultiHeadAttention):
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> PrimerXLAttention:
         """Build from a model config whose `attention` is a `PrimerXLConfig`."""
-        att = cfg.attention
-        attn = cls(
-            cfg.d_model,
-            cfg.n_heads,
-            kernel_size=att.kernel_size,
-            dropout=cfg.attn_dropout,
-            bias=att.bias,
-            conv_bias=att.conv_bias,
-        )
-        attn.clamp_len = att.max_distance
+        attn = super().from_config(cfg)  # MDHA's constructor arguments; XL's init comes via MRO
+        attn.clamp_len = cfg.attention.max_distance
         return attn
