@@ -167,7 +167,8 @@ def train_all(args: argparse.Namespace) -> None:
                     if saved.exists():  # resume with the step count it started with
                         steps = run_config_from_dict(json.loads(saved.read_text())).train.max_steps
                     else:
-                        steps = calibrated_steps(cfg, args.out / "_calibration", corpus, args)
+                        scratch = path.parent / f".calibration-seed{seed}"  # one per run
+                        steps = calibrated_steps(cfg, scratch, corpus, args)
                     cfg = dataclasses.replace(
                         cfg, train=dataclasses.replace(cfg.train, max_steps=steps)
                     )
