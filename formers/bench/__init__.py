@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks, and side-by-side training comparisons of presets."""
