@@ -1,4 +1,4 @@
-"""The `formers` command: train | eval | generate | data | presets."""
+"""The `formers` command: train | eval | generate | bench | compare | data | presets."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from formers.bench.bench_cli import add_bench_parser
+from formers.bench.compare_cli import add_compare_parser
 from formers.errors import FormersError
 
 
@@ -265,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="folder of the named corpora")
     p.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=cmd_train, takes_overrides=True)
 
     p = sub.add_parser("eval", help="loss, bits and perplexity of a run over a whole split")
     p.add_argument("run", help="run folder")
@@ -311,13 +313,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list the model presets")
     p.set_defaults(func=cmd_presets)
+
+    add_bench_parser(sub)
+    add_compare_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command != "train":
+    if extra and not getattr(args, "takes_overrides", False):
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     if args.command == "data" and args.action in ("get", "info") and not args.name:
         parser.error(f"formers data {args.action} needs a corpus name")

@@ -34,6 +34,7 @@ def line_plot(
     logx: bool = False,
     logy: bool = False,
     hline: float | None = None,
+    ylim: tuple[float, float] | None = None,
 ) -> Path:
     """One line per named (xs, ys) series, saved as a PNG at `path`."""
     plt = pyplot()
@@ -46,6 +47,8 @@ def line_plot(
         ax.set_xscale("log", base=2)
     if logy:
         ax.set_yscale("log")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     if len(series) > 1:

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from experiment_runs import add_common_overrides, run_dir
 
+from formers.bench.run_metrics import crossing, is_complete, parameter_count, valid_curve
 from formers.data.corpora import load_corpus
-from formers.models import build
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig, run_config, run_config_from_dict, with_vocab
 from formers.train.metrics import read_metrics
@@ -112,11 +112,6 @@ def run_overrides(args: argparse.Namespace, corpus: str, seed: int) -> dict[str,
     return overrides
 
 
-def is_complete(path: Path) -> bool:
-    """A run is finished once its final (whole-split) evaluation is logged."""
-    return any(r.get("final") for r in read_metrics(path, "valid"))
-
-
 def check_same_config(path: Path, cfg: RunConfig) -> None:
     """Refuse to resume or reuse a run that was made with other settings."""
     saved_file = path / "config.json"
@@ -156,50 +151,6 @@ def train_all(args: argparse.Namespace) -> None:
                 )
 
 
-def curve(path: Path) -> list[dict[str, float]]:
-    """The run's valid-loss points (step, seconds, loss), all scored on the same tokens.
-
-    Periodic evals may score a prefix of the split (--eval-tokens) while the final one scores all
-    of it; only evals over as many tokens as the first one are comparable, so only those count.
-    """
-    records = read_metrics(path, "valid")
-    if not records:
-        return []
-    tokens = records[0]["tokens"]
-    return [
-        {"step": r["step"], "seconds": r["seconds"], "loss": r["loss"]}
-        for r in records
-        if r["tokens"] == tokens
-    ]
-
-
-def crossing(points: list[dict[str, float]], target: float) -> dict[str, Any] | None:
-    """Where the loss first reaches `target`, linear between eval points; None if never.
-
-    `bound` is True when the first eval is already at or below the target: its step and seconds
-    are then only an upper bound.
-    """
-    for i, point in enumerate(points):
-        if point["loss"] > target:
-            continue
-        if i == 0:
-            return {"step": point["step"], "seconds": point["seconds"], "bound": True}
-        before = points[i - 1]
-        share = (before["loss"] - target) / (before["loss"] - point["loss"])
-        return {
-            key: before[key] + share * (point[key] - before[key]) for key in ("step", "seconds")
-        } | {"bound": False}
-    return None
-
-
-def parameter_count(path: Path) -> int | None:
-    saved = path / "config.json"
-    if not saved.exists():
-        return None
-    model = build(run_config_from_dict(json.loads(saved.read_text())).model)
-    return sum(p.numel() for p in model.parameters())
-
-
 def summarise(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {"command": sys.argv, "corpora": {}}
     for corpus in args.corpus:
@@ -207,7 +158,7 @@ def summarise(args: argparse.Namespace) -> dict[str, Any]:
         for preset in args.presets:
             for seed in args.seeds:
                 path = run_dir(args.out, corpus, preset, seed)
-                points = curve(path)
+                points = valid_curve(path)
                 if not points:
                     continue
                 final = [r for r in read_metrics(path, "valid") if r.get("final")]

@@ -1,0 +1,439 @@
+"""Training throughput of formers against a bare SDPA model and the popular libraries.
+
+Every candidate trains the same decoder-only byte LM (by default 6 layers, d_model 512, 8 heads,
+d_ff 2048, sequences of 512, batch 4, no dropout) on the same random batch: forward, loss,
+backward and an optimizer step. Candidates of one family are timed in interleaved rounds (the
+first candidate changes every round) so they share the machine's noise, and each reports the
+median of its step times. Ratios are against the bare model of the same precision.
+
+Families and candidates:
+  vanilla          bare (written below: fused qkv, SDPA, pre-LN, GELU), formers, x-transformers
+                   (attn_flash=True), HF GPT-2 (transformers), labml-nn
+  transformer-xl   formers, x-transformers (relative position bias + memory), HF TransfoXL
+                   (transformers < 4.40), labml-nn; all with a full memory of --mem-len states
+  primer-ez        formers, labml-nn (its Primer EZ: squared ReLU + multi-DConv-head attention)
+
+The peers are optional: `pip install -e '.[peers]'`; a library that is not installed is skipped.
+
+    python benchmarks/peers.py --families vanilla transformer-xl --precision fp32 bf16 \
+        --repeats 7 --json bench-results/peers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import sys
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import formers
+from formers.bench.timing import interleaved, median
+from formers.train.config import TrainConfig
+from formers.train.trainer import make_optimizer
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    vocab: int
+    seq_len: int
+    batch: int
+    mem_len: int
+
+
+# ---------------------------------------------------------------------------- the bare model
+
+
+class BareBlock(nn.Module):
+    """Pre-LN block: x + attn(LN(x)), then x + FFN(LN(x)); SDPA with is_causal, fused qkv."""
+
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.heads = s.n_heads
+        self.ln1, self.ln2 = nn.LayerNorm(s.d_model), nn.LayerNorm(s.d_model)
+        self.qkv = nn.Linear(s.d_model, 3 * s.d_model)
+        self.out = nn.Linear(s.d_model, s.d_model)
+        self.ff1, self.ff2 = nn.Linear(s.d_model, s.d_ff), nn.Linear(s.d_ff, s.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+class BareLM(nn.Module):
+    """The least a decoder-only LM can be in PyTorch: the yardstick for every other candidate."""
+
+    def __init__(self, s: Shape):
+        super().__init__()
+        self.embed = nn.Embedding(s.vocab, s.d_model)
+        self.pos = nn.Parameter(torch.randn(s.seq_len, s.d_model) * 0.02)
+        self.blocks = nn.ModuleList(BareBlock(s) for _ in range(s.n_layers))
+        self.ln = nn.LayerNorm(s.d_model)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.ln(x) @ self.embed.weight.t()
+
+
+# ------------------------------------------------------------------------------ candidates
+
+
+@dataclass
+class Candidate:
+    """A model, its optimizer and a loss function that may carry state (memory) across steps."""
+
+    model: nn.Module
+    loss: Callable[[Tensor, Tensor], Tensor]
+    optimizer: torch.optim.Optimizer | None = None
+    clip: float | None = None
+
+
+def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def bare(s: Shape) -> Candidate:
+    model = BareLM(s)
+    return Candidate(model, lambda x, y: lm_loss(model(x), y))
+
+
+def formers_model(s: Shape, preset: str) -> Candidate:
+    """formers as a user trains it: its own optimizer (AdamW, decay groups) and grad clipping."""
+    overrides: dict[str, Any] = dict(
+        n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
+        vocab_size=s.vocab, dropout=0.0, norm="pre",
+    )  # fmt: skip
+    if preset == "vanilla":
+        overrides.update({"ffn.activation": "gelu", "position": "learned", "max_len": s.seq_len})
+    if formers.config(preset).attention.kind in ("xl", "xl_dconv"):
+        overrides["attention.mem_len"] = s.mem_len
+    model = formers.build(formers.config(preset, **overrides))
+    optimizer = make_optimizer(model, TrainConfig())
+    if getattr(model, "uses_memory", False):
+        memory: list[Any] = [None]
+
+        def loss(x: Tensor, y: Tensor) -> Tensor:
+            out = model(x, y, memory=memory[0])
+            memory[0] = out.memory
+            return out.loss
+
+        return Candidate(model, loss, optimizer, clip=1.0)
+    return Candidate(model, lambda x, y: model(x, y).loss, optimizer, clip=1.0)
+
+
+def x_transformers(s: Shape, xl: str | None = None) -> Candidate:
+    """x-transformers' decoder; with `xl`, memory and relative ("t5" bias) or rotary positions.
+
+    Its flash path does not take the T5 relative bias, so that variant runs unfused.
+    """
+    from x_transformers import Decoder, TransformerWrapper
+
+    layers = Decoder(
+        dim=s.d_model, depth=s.n_layers, heads=s.n_heads, attn_dim_head=s.d_model // s.n_heads,
+        ff_mult=s.d_ff / s.d_model, attn_flash=xl != "t5", rel_pos_bias=xl == "t5",
+        rotary_pos_emb=xl == "rotary",
+    )  # fmt: skip
+    model = TransformerWrapper(
+        num_tokens=s.vocab, max_seq_len=s.seq_len, attn_layers=layers,
+        max_mem_len=s.mem_len if xl else 0, use_abs_pos_emb=not xl, tie_embedding=True,
+    )  # fmt: skip
+    if not xl:
+        return Candidate(model, lambda x, y: lm_loss(model(x), y))
+    mems: list[Any] = [None]
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        logits, mems[0] = model(x, mems=mems[0], return_mems=True)
+        return lm_loss(logits, y)
+
+    return Candidate(model, loss)
+
+
+def hf_gpt2(s: Shape) -> Candidate:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=s.vocab, n_positions=s.seq_len, n_embd=s.d_model, n_layer=s.n_layers,
+        n_head=s.n_heads, n_inner=s.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    model = GPT2LMHeadModel(cfg)
+    return Candidate(model, lambda x, y: lm_loss(model(x).logits, y))
+
+
+def hf_transfo_xl(s: Shape) -> Candidate:
+    from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+
+    cfg = TransfoXLConfig(
+        vocab_size=s.vocab, cutoffs=[], d_model=s.d_model, d_embed=s.d_model, n_head=s.n_heads,
+        d_head=s.d_model // s.n_heads, d_inner=s.d_ff, n_layer=s.n_layers, mem_len=s.mem_len,
+        tgt_len=s.seq_len, adaptive=False, div_val=1, dropout=0.0, dropatt=0.0,
+    )  # fmt: skip
+    model = TransfoXLLMHeadModel(cfg)
+    mems: list[Any] = [None]
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        # without labels it returns log-probabilities; with labels its loss path fails under
+        # bf16 autocast (an fp32 buffer filled from bf16)
+        out = model(x, mems=mems[0])
+        mems[0] = out.mems
+        log_probs = out.prediction_scores.float()
+        return F.nll_loss(log_probs.reshape(-1, log_probs.shape[-1]), y.reshape(-1))
+
+    return Candidate(model, loss)
+
+
+def labml(s: Shape, kind: str) -> Candidate:
+    """labml-nn's layers assembled as in its experiments (sequence-first tensors)."""
+    from labml_nn.transformers.feed_forward import FeedForward
+
+    def ffn(activation: nn.Module) -> FeedForward:
+        return FeedForward(s.d_model, s.d_ff, dropout=0.0, activation=activation)
+
+    if kind == "transformer-xl":
+        return labml_xl(s, ffn(nn.ReLU()))
+    from labml_nn.transformers import Encoder, TransformerLayer
+    from labml_nn.transformers.mha import MultiHeadAttention
+    from labml_nn.transformers.models import EmbeddingsWithLearnedPositionalEncoding
+    from labml_nn.transformers.utils import subsequent_mask
+
+    if kind == "primer-ez":
+        from labml_nn.transformers.primer_ez import MultiDConvHeadAttention, SquaredReLU
+
+        attn, act = MultiDConvHeadAttention(s.n_heads, s.d_model, 0.0), SquaredReLU()
+    else:
+        attn, act = MultiHeadAttention(s.n_heads, s.d_model, 0.0), nn.GELU()
+    layer = TransformerLayer(
+        d_model=s.d_model, self_attn=attn, src_attn=None, feed_forward=ffn(act), dropout_prob=0.0
+    )
+    model = nn.ModuleDict(
+        {
+            "embed": EmbeddingsWithLearnedPositionalEncoding(s.d_model, s.vocab, s.seq_len),
+            "encoder": Encoder(layer, s.n_layers),
+            "head": nn.Linear(s.d_model, s.vocab),
+        }
+    )
+    mask = subsequent_mask(s.seq_len)
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        h = model["encoder"](model["embed"](x.t()), mask)  # (T, B, D)
+        return lm_loss(model["head"](h).transpose(0, 1), y)
+
+    return Candidate(model, loss)
+
+
+def labml_xl(s: Shape, feed_forward: nn.Module) -> Candidate:
+    from labml_nn.transformers.utils import subsequent_mask
+    from labml_nn.transformers.xl import TransformerXL, TransformerXLLayer
+    from labml_nn.transformers.xl.relative_mha import RelativeMultiHeadAttention
+
+    layer = TransformerXLLayer(
+        d_model=s.d_model,
+        self_attn=RelativeMultiHeadAttention(s.n_heads, s.d_model, 0.0),
+        feed_forward=feed_forward,
+        dropout_prob=0.0,
+    )
+    model = nn.ModuleDict(
+        {
+            "embed": nn.Embedding(s.vocab, s.d_model),
+            "xl": TransformerXL(layer, s.n_layers),
+            "head": nn.Linear(s.d_model, s.vocab),
+        }
+    )
+    causal = subsequent_mask(s.seq_len)  # (T, T, 1)
+    mems: list[Any] = [[]]
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        # as labml-nn's XL experiment: memory fully visible, then the causal segment
+        mem = mems[0]
+        mask = causal
+        if mem:
+            mask = torch.cat([causal.new_ones(s.seq_len, len(mem[0]), 1), causal], dim=1)
+        h, new = model["xl"](model["embed"](x.t()), mem, mask)
+        mems[0] = [torch.cat([m, n], 0)[-s.mem_len :] for m, n in zip(mem, new, strict=True)]
+        if not mem:
+            mems[0] = new
+        return lm_loss(model["head"](h).transpose(0, 1), y)
+
+    return Candidate(model, loss)
+
+
+def available(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def hf_has_transfo_xl() -> bool:
+    if not available("transformers"):
+        return False
+    import transformers
+
+    return hasattr(transformers, "TransfoXLLMHeadModel")
+
+
+FAMILIES: dict[str, dict[str, tuple[Callable[[], bool], Callable[[Shape], Candidate]]]] = {
+    "vanilla": {
+        "bare": (lambda: True, bare),
+        "formers": (lambda: True, lambda s: formers_model(s, "vanilla")),
+        "x-transformers": (lambda: available("x_transformers"), x_transformers),
+        "hf-gpt2": (lambda: available("transformers"), hf_gpt2),
+        "labml-nn": (lambda: available("labml_nn"), lambda s: labml(s, "vanilla")),
+    },
+    "transformer-xl": {
+        "formers": (lambda: True, lambda s: formers_model(s, "transformer-xl")),
+        "x-transformers-t5": (
+            lambda: available("x_transformers"),
+            lambda s: x_transformers(s, "t5"),
+        ),
+        "x-transformers-rotary": (
+            lambda: available("x_transformers"),
+            lambda s: x_transformers(s, "rotary"),
+        ),
+        "hf-transfo-xl": (hf_has_transfo_xl, hf_transfo_xl),
+        "labml-nn": (lambda: available("labml_nn"), lambda s: labml(s, "transformer-xl")),
+    },
+    "primer-ez": {
+        "formers": (lambda: True, lambda s: formers_model(s, "primer-ez")),
+        "labml-nn": (lambda: available("labml_nn"), lambda s: labml(s, "primer-ez")),
+    },
+}
+
+
+# ------------------------------------------------------------------------------- the timing
+
+
+def train_step(c: Candidate, x: Tensor, y: Tensor, precision: str) -> Callable[[], None]:
+    if c.optimizer is None:
+        c.optimizer = torch.optim.AdamW(c.model.parameters(), lr=1e-4)
+    autocast = torch.autocast("cpu", torch.bfloat16) if precision == "bf16" else nullcontext()
+
+    def step() -> None:
+        with autocast:
+            loss = c.loss(x, y)
+        loss.backward()
+        if c.clip is not None:
+            torch.nn.utils.clip_grad_norm_(c.model.parameters(), c.clip)
+        c.optimizer.step()
+        c.optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def run_family(
+    family: str, s: Shape, precision: str, repeats: int, warmup: int, only: list[str] | None
+) -> dict[str, Any]:
+    torch.manual_seed(0)
+    x = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    y = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    steps, params, skipped = {}, {}, []
+    for name, (present, make) in FAMILIES[family].items():
+        if only and name not in only and name != "bare":
+            continue
+        if not present():
+            skipped.append(name)
+            continue
+        torch.manual_seed(0)
+        candidate = make(s)
+        candidate.model.train()
+        params[name] = sum(p.numel() for p in candidate.model.parameters())
+        steps[name] = train_step(candidate, x, y, precision)
+    # warmup ≥ 2 when there is memory: the first step runs without it
+    seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, 2))
+    tokens = s.batch * s.seq_len
+    rates = {name: tokens / median(times) for name, times in seconds.items()}
+    reference = rates.get("bare") or rates["formers"]
+    peers = [rate for name, rate in rates.items() if name not in ("bare", "formers")]
+    return {
+        "family": family,
+        "precision": precision,
+        "tokens_per_s": rates,
+        "ratio_to_reference": {name: rate / reference for name, rate in rates.items()},
+        "formers_vs_fastest_peer": rates["formers"] / max(peers) if peers else None,
+        "params": params,
+        "seconds": seconds,
+        "skipped": skipped,
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    reference = "bare" if "bare" in result["tokens_per_s"] else "formers"
+    print(f"\n{result['family']} ({result['precision']}), ratio to {reference}")
+    print(f"{'candidate':16s} {'params':>12s} {'tokens/s':>10s} {'ratio':>7s}")
+    for name, rate in sorted(result["tokens_per_s"].items(), key=lambda kv: -kv[1]):
+        ratio = result["ratio_to_reference"][name]
+        print(f"{name:16s} {result['params'][name]:12,d} {rate:10,.0f} {ratio:7.2f}")
+    if result["formers_vs_fastest_peer"] is not None:
+        print(f"formers / fastest peer: {result['formers_vs_fastest_peer']:.2f}")
+    if result["skipped"]:
+        print(f"not installed: {', '.join(result['skipped'])}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--only", nargs="+", help="candidates to time (besides bare)")
+    p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    p.add_argument("--n-layers", type=int, default=6)
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--n-heads", type=int, default=8)
+    p.add_argument("--d-ff", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--mem-len", type=int, default=512, help="Transformer-XL memory")
+    p.add_argument("--repeats", type=int, default=7, help="timed steps per candidate")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate first")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--json", type=Path, help="write the results here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    s = Shape(
+        args.n_layers, args.d_model, args.n_heads, args.d_ff, args.vocab,
+        args.seq_len, args.batch_size, args.mem_len,
+    )  # fmt: skip
+    results = []
+    for precision in args.precision:
+        for family in args.families:
+            result = run_family(family, s, precision, args.repeats, args.warmup, args.only)
+            print_table(result)
+            results.append(result)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "machine": {
+                "platform": platform.platform(),
+                "processor": platform.processor(),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+            },
+            "shape": vars(s),
+            "results": results,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

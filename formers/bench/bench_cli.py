@@ -1,0 +1,120 @@
+"""`formers bench`: the command line of formers.bench.measure."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from formers.errors import FormersError
+
+DEFAULT_SWEEP = (128, 256, 512, 1024)
+
+
+def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `formers bench` on the `formers` subcommand parsers."""
+    p = sub.add_parser(
+        "bench",
+        help="speed, memory and FLOP/s of presets at one matched size",
+        description="Time every preset (or --presets) at one size on this machine: training, "
+        "inference and cached-generation tokens/s, peak memory, parameters, FLOPs per token "
+        "and achieved FLOP/s against this machine's measured matmul rate; optionally a "
+        "sequence-length sweep. Prints a table and writes bench.json, bench.md and PNG plots. "
+        "Any model field can be set for every preset with --model.KEY VALUE.",
+    )
+    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every LM preset")
+    size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
+    size.add_argument("--n-layers", type=int, default=6)
+    size.add_argument("--d-model", type=int, default=512)
+    size.add_argument("--n-heads", type=int, default=8)
+    size.add_argument("--d-ff", type=int, default=2048)
+    size.add_argument("--vocab-size", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
+    p.add_argument("--batch-size", type=int, default=4, help="sequences per batch")
+    p.add_argument(
+        "--gen-tokens",
+        type=int,
+        help="tokens decoded per row after a prompt of seq_len - gen_tokens "
+        "(default: min(64, seq_len / 2); 0: no generation)",
+    )
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls first")
+    p.add_argument(
+        "--sweep",
+        type=int,
+        nargs="*",
+        metavar="LEN",
+        help="also sweep these sequence lengths, one preset per attention kind "
+        f"(bare --sweep: {' '.join(map(str, DEFAULT_SWEEP))})",
+    )
+    p.add_argument("--matmul-size", type=int, help="n of the n×n rate matmuls")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
+    p.set_defaults(func=cmd_bench, takes_overrides=True)
+    return p
+
+
+def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
+    """The size flags, no dropout, then --model.KEY VALUE overrides on top."""
+    from formers.cli import parse_overrides
+
+    overrides: dict[str, Any] = {
+        "n_layers": args.n_layers,
+        "d_model": args.d_model,
+        "n_heads": args.n_heads,
+        "d_ff": args.d_ff,
+        "vocab_size": args.vocab_size,
+        "dropout": 0.0,
+    }
+    for key, value in parse_overrides(extra).items():
+        head, _, rest = key.partition(".")
+        if head != "model" or not rest:
+            raise FormersError(
+                f"--{key}: formers bench takes model overrides such as --model.d_model 256; "
+                "lengths, batch and precision have their own flags (formers bench --help)"
+            )
+        overrides[rest] = value
+    return overrides
+
+
+def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
+    """Run the benchmark, print its table and write its report folder."""
+    import torch
+
+    from formers.bench.measure import BenchSettings, run_bench
+    from formers.bench.plots import pyplot
+    from formers.bench.report import format_report, write_report
+
+    if not args.no_plots:
+        pyplot()  # fail now, not after the measurements, if matplotlib is missing
+    if args.threads is not None:
+        if args.threads < 1:
+            raise FormersError(f"--threads {args.threads} must be at least 1")
+        torch.set_num_threads(args.threads)
+    sweep = args.sweep if args.sweep is None or args.sweep else list(DEFAULT_SWEEP)
+    settings = BenchSettings(
+        presets=tuple(args.presets or ()),
+        overrides=model_overrides(args, extra),
+        seq_len=args.seq_len,
+        batch_size=args.batch_size,
+        gen_tokens=args.gen_tokens,
+        precision=args.precision,
+        device=args.device,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        sweep=tuple(sweep or ()),
+        matmul_size=args.matmul_size,
+        seed=args.seed,
+    )
+    out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    report = run_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
+    paths = write_report(report, out, plots=not args.no_plots)
+    print(format_report(report), end="")
+    print(f"\nwrote {', '.join(str(p) for p in paths)}")
+    return 0

@@ -1,0 +1,323 @@
+"""The report of a comparison folder: summary.json, loss plots, report.md and report.html.
+
+Everything is read back from the run folders, so the report can be rebuilt at any time and
+shows unfinished runs as such.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from formers.bench.compare import load_spec, run_path
+from formers.bench.compare_html import html_page
+from formers.bench.plots import line_plot
+from formers.bench.run_metrics import (
+    crossing,
+    final_valid,
+    parameter_count,
+    tokens_per_second,
+    valid_curve,
+)
+from formers.train.metrics import read_metrics
+
+UNIT_BITS = {"byte": "bits/byte", "char": "bits/char", "word": "bits/word", "bpe": "bits/token"}
+# Averaged over seeds for a preset's row.
+MEAN_FIELDS = (
+    "params",
+    "tokens_per_s",
+    "steps",
+    "train_seconds",
+    "best_valid_loss",
+    "final_valid_loss",
+    "final_bits_per_token",
+    "final_bits_per_byte",
+    "final_perplexity",
+)
+REACH_FIELDS = ("step", "seconds", "step_fraction", "time_fraction")
+
+
+@dataclass
+class Table:
+    """A captioned table of already formatted cells."""
+
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
+
+@dataclass
+class CompareReport:
+    """A written report: the summary (as in summary.json), its Markdown and the files."""
+
+    summary: dict[str, Any]
+    markdown: str
+    files: list[Path] = field(default_factory=list)
+
+
+def run_summary(out: Path, preset: str, seed: int) -> dict[str, Any]:
+    """Size, speed, losses and curves of one run of a comparison, as far as it got."""
+    path = run_path(out, preset, seed)
+    final = final_valid(path)
+    curve = valid_curve(path)
+    train_records = read_metrics(path, "train")
+    last = final or (curve[-1] if curve else None) or (train_records[-1] if train_records else {})
+    valid = read_metrics(path, "valid")
+    return {
+        "preset": preset,
+        "seed": seed,
+        "run_dir": str(path.relative_to(out)),
+        "complete": final is not None,
+        "params": parameter_count(path),
+        "tokens_per_s": tokens_per_second(path),
+        "steps": last.get("step"),
+        "train_seconds": last.get("seconds"),
+        "best_valid_loss": min((p["loss"] for p in curve), default=None),
+        "final_valid_loss": final["loss"] if final else None,
+        "final_bits_per_token": final["bits_per_token"] if final else None,
+        "final_bits_per_byte": final.get("bits_per_byte") if final else None,
+        "final_perplexity": final["perplexity"] if final else None,
+        "curve_eval_tokens": valid[0]["tokens"] if valid else None,
+        "valid_curve": curve,
+        "train_curve": [{"step": r["step"], "loss": r["loss"]} for r in train_records],
+    }
+
+
+def reach(run: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """When `run` reaches the final loss of `base` (same seed), and at what share of its cost."""
+    if base is None or not base["valid_curve"] or not run["valid_curve"]:
+        return None
+    end = base["valid_curve"][-1]
+    hit = crossing(run["valid_curve"], end["loss"])
+    if hit is None:
+        return {"target_loss": end["loss"], "reached": False}
+    return {
+        "target_loss": end["loss"],
+        "reached": True,
+        "bound": hit["bound"],
+        "step": hit["step"],
+        "seconds": hit["seconds"],
+        "step_fraction": hit["step"] / max(end["step"], 1),
+        "time_fraction": hit["seconds"] / end["seconds"] if end["seconds"] else None,
+    }
+
+
+def _mean(values: list[Any]) -> float | None:
+    return None if not values or any(v is None for v in values) else statistics.fmean(values)
+
+
+def aggregate(preset: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One preset's row: the mean over its seeds of every number (None if a seed lacks it)."""
+    row: dict[str, Any] = {
+        "preset": preset,
+        "seeds": [r["seed"] for r in runs],
+        "complete": all(r["complete"] for r in runs),
+    }
+    row |= {name: _mean([r[name] for r in runs]) for name in MEAN_FIELDS}
+    reaches = [r["reach"] for r in runs]
+    reached = [r for r in reaches if r and r["reached"]]
+    row["reach"] = None
+    if any(reaches):
+        row["reach"] = {"reached_seeds": len(reached), "seeds": len(runs)}
+        if len(reached) == len(runs):
+            row["reach"] |= {"reached": True, "bound": any(r["bound"] for r in reached)}
+            row["reach"] |= {name: _mean([r[name] for r in reached]) for name in REACH_FIELDS}
+        else:
+            row["reach"]["reached"] = False
+    return row
+
+
+def summarise(out: str | Path) -> dict[str, Any]:
+    """Every run of the comparison in `out` and each preset's row, read back from the runs.
+
+    Each run also gets `reach`: where it first reaches the same-seed baseline's final loss.
+    """
+    out = Path(out)
+    spec = load_spec(out)
+    runs = [run_summary(out, p, s) for p in spec.presets for s in spec.seeds]
+    by_key = {(r["preset"], r["seed"]): r for r in runs}
+    for run in runs:
+        run["reach"] = reach(run, by_key.get((spec.baseline, run["seed"])))
+    rows = [aggregate(p, [r for r in runs if r["preset"] == p]) for p in spec.presets]
+    tokenizer = run_path(out, spec.baseline, spec.seeds[0]) / "tokenizer.json"
+    unit = json.loads(tokenizer.read_text()).get("unit") if tokenizer.exists() else None
+    return {
+        "spec": spec.to_dict(),
+        "command": spec.command(),
+        "baseline": spec.baseline,
+        "unit": unit,
+        "rows": rows,
+        "runs": runs,
+    }
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
+def _reach_cells(r: dict[str, Any] | None) -> list[str]:
+    if r is None:
+        return ["–", "–"]
+    if not r["reached"]:
+        text = "not reached"
+        if r.get("seeds", 1) > 1:
+            text = f"{r['reached_seeds']}/{r['seeds']} seeds"
+        return [text, text]
+    bound = "≤ " if r["bound"] else ""
+    time_share = "" if r["time_fraction"] is None else f" ({r['time_fraction']:.2f}×)"
+    return [
+        f"{bound}{r['step']:.0f} ({r['step_fraction']:.2f}×)",
+        f"{bound}{r['seconds']:.1f}{time_share}",
+    ]
+
+
+def table(rows: list[dict[str, Any]], unit: str | None, caption: str) -> Table:
+    """Preset rows (per seed, or means over seeds) as formatted cells."""
+    header = [
+        "preset",
+        "seed",
+        "params",
+        "tokens/s",
+        "steps",
+        "train s",
+        "best valid loss",
+        "final valid loss",
+        f"final {UNIT_BITS.get(unit or '', 'bits/token')}",
+        "final ppl",
+        "steps to baseline",
+        "train s to baseline",
+    ]
+    cells = []
+    for r in rows:
+        seeds = r.get("seeds", [r.get("seed")])
+        cells.append(
+            [
+                r["preset"] + ("" if r["complete"] else " (unfinished)"),
+                str(seeds[0]) if len(seeds) == 1 else f"mean of {len(seeds)}",
+                _num(r["params"], ",.0f"),
+                _num(r["tokens_per_s"], ",.0f"),
+                _num(r["steps"], ".0f"),
+                _num(r["train_seconds"], ".1f"),
+                _num(r["best_valid_loss"], ".4f"),
+                _num(r["final_valid_loss"], ".4f"),
+                _num(r["final_bits_per_token"], ".4f"),
+                _num(r["final_perplexity"], ",.2f"),
+                *_reach_cells(r["reach"]),
+            ]
+        )
+    return Table(caption, header, cells)
+
+
+def notes(summary: dict[str, Any]) -> list[str]:
+    """What the columns mean, for readers of the report."""
+    tokens = {r["curve_eval_tokens"] for r in summary["runs"] if r["curve_eval_tokens"]}
+    scored = f"{min(tokens):,} valid tokens" if len(tokens) == 1 else "the same valid tokens"
+    return [
+        "tokens/s: median over the logged training windows; train s: the trainer's clock "
+        "(evaluation excluded).",
+        f"best valid loss: the lowest of the evals scored on {scored} (the periodic ones, and "
+        "the final one when it scores as many); final: the whole valid split after training; "
+        "losses in nats per token.",
+        f"to baseline: where the valid loss first reaches {summary['baseline']}'s last such "
+        "eval (same seed; linear between evals; ≤: already at the first eval), and the share "
+        f"of {summary['baseline']}'s steps and seconds that took.",
+    ]
+
+
+def tail_ylim(values: list[float]) -> tuple[float, float] | None:
+    """Limits that show where the curves differ: the first evals would flatten the tail."""
+    if len(values) < 10:
+        return None
+    low, high = min(values), sorted(values)[int(0.9 * (len(values) - 1))]
+    return (low - 0.05 * (high - low), high) if high > low else None
+
+
+def draw_plots(summary: dict[str, Any], out: Path) -> list[tuple[str, Path]]:
+    """Valid loss vs step and vs training seconds, train loss vs step: (title, PNG) pairs."""
+    several = len(summary["spec"]["seeds"]) > 1
+    runs = summary["runs"]
+
+    def series(curve: str, x: str) -> dict[str, tuple[list[float], list[float]]]:
+        return {
+            r["preset"] + (f" seed {r['seed']}" if several else ""): (
+                [p[x] for p in r[curve]],
+                [p["loss"] for p in r[curve]],
+            )
+            for r in runs
+            if r[curve]
+        }
+
+    targets = [r["reach"]["target_loss"] for r in runs if r["reach"]]
+    hline = statistics.fmean(targets) if targets else None
+    plots = [
+        ("valid loss vs step", "valid_loss_vs_step.png", "valid_curve", "step", "step", hline),
+        (
+            "valid loss vs time",
+            "valid_loss_vs_time.png",
+            "valid_curve",
+            "seconds",
+            "train s",
+            hline,
+        ),
+        ("train loss vs step", "train_loss_vs_step.png", "train_curve", "step", "step", None),
+    ]
+    drawn = []
+    for title, name, curve, x, xlabel, line in plots:
+        lines = series(curve, x)
+        if not lines:
+            continue
+        losses = [y for _, ys in lines.values() for y in ys]
+        path = line_plot(
+            lines,
+            out / name,
+            xlabel=xlabel,
+            ylabel=f"{curve.split('_')[0]} loss (nats/token)",
+            title=title,
+            hline=line,
+            ylim=tail_ylim(losses),
+        )
+        drawn.append((title, path))
+    return drawn
+
+
+def markdown(
+    title: str, command: str, tables: list[Table], notes: list[str], images: list[tuple[str, str]]
+) -> str:
+    """The report as Markdown, images linked by relative path."""
+    lines = [f"# {title}", "", f"`{command}`", ""]
+    for t in tables:
+        lines += [t.caption, "", "| " + " | ".join(t.header) + " |"]
+        lines += ["| " + " | ".join("---" for _ in t.header) + " |"]
+        lines += ["| " + " | ".join(row) + " |" for row in t.rows]
+        lines.append("")
+    lines += [f"- {n}" for n in notes] + [""]
+    lines += [f"![{alt}]({src})\n" for alt, src in images]
+    return "\n".join(lines)
+
+
+def write_report(out: str | Path, *, plots: bool = True) -> CompareReport:
+    """Write summary.json, the PNG plots, report.md and report.html into the comparison folder."""
+    out = Path(out)
+    summary = summarise(out)
+    spec = summary["spec"]
+    title = f"{', '.join(spec['presets'])} on {spec['corpus']}"
+    tables = [table(summary["rows"], summary["unit"], f"Baseline: {summary['baseline']}.")]
+    if len(spec["seeds"]) > 1:
+        tables[0].caption += f" Means over seeds {', '.join(map(str, spec['seeds']))}."
+        tables.append(table(summary["runs"], summary["unit"], "Per seed."))
+    images = draw_plots(summary, out) if plots else []
+    text = markdown(
+        title,
+        summary["command"],
+        tables,
+        notes(summary),
+        [(alt, path.name) for alt, path in images],
+    )
+    files = [out / "summary.json", out / "report.md", out / "report.html"]
+    files[0].write_text(json.dumps(summary, indent=2) + "\n")
+    files[1].write_text(text)
+    files[2].write_text(html_page(title, summary["command"], tables, notes(summary), images))
+    return CompareReport(summary, text, files + [path for _, path in images])

@@ -1,0 +1,209 @@
+"""`formers bench`: speed, memory and FLOP/s of presets at one matched size, on this machine.
+
+Every preset runs the same workloads at the same size (by default the decoder-only byte LM of
+the matched benchmark: 6 layers, d_model 512, 8 heads, d_ff 2048, vocab 256, no dropout,
+sequences of 512, batch 4). The presets are timed in interleaved rounds and summarised by
+medians (formers.bench.timing), so a noisy machine slows them all alike and ratios within one
+run hold. The optional length sweep is formers.bench.sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from formers.bench import flops, hardware
+from formers.bench.memory import METHOD, peak_bytes
+from formers.bench.sweep import run_sweep
+from formers.bench.timing import interleaved
+from formers.bench.workloads import GenerateStep, InferStep, TrainStep, rate
+from formers.config import ModelConfig, did_you_mean
+from formers.errors import ConfigError, FormersError
+from formers.models import build
+from formers.presets import PRESETS, config
+from formers.train.trainer import resolve_precision
+
+MATCHED_SIZE: dict[str, Any] = {
+    "n_layers": 6,
+    "d_model": 512,
+    "n_heads": 8,
+    "d_ff": 2048,
+    "vocab_size": 256,
+    "dropout": 0.0,
+}
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What to benchmark and how.
+
+    Args:
+        presets: preset names; empty: every language-model preset (`default_presets()`).
+        overrides: model config overrides applied to every preset (size, dotted keys).
+        seq_len: tokens per sequence T.
+        batch_size: sequences per batch B (training, inference and generation).
+        gen_tokens: tokens decoded per row by cached generation after a prompt of
+            seq_len − gen_tokens tokens (0: no generation benchmark; None: min(64, seq_len / 2)).
+        precision: "auto", "fp32" or "bf16" (autocast, as the trainer runs it).
+        device: "auto", "cpu" or "cuda".
+        repeats: timed calls per workload and preset.
+        warmup: untimed calls first.
+        sweep: sequence lengths of the length sweep (empty: none).
+        matmul_size: n of the n×n matmuls that measure the machine's rate (None: by device).
+        seed: seeds weights and data.
+    """
+
+    presets: tuple[str, ...] = ()
+    overrides: Mapping[str, Any] = field(default_factory=lambda: dict(MATCHED_SIZE))
+    seq_len: int = 512
+    batch_size: int = 4
+    gen_tokens: int | None = None
+    precision: str = "auto"
+    device: str = "auto"
+    repeats: int = 5
+    warmup: int = 1
+    sweep: tuple[int, ...] = ()
+    matmul_size: int | None = None
+    seed: int = 0
+
+    @property
+    def new_tokens(self) -> int:
+        """Tokens each row decodes in the generation benchmark."""
+        return min(64, self.seq_len // 2) if self.gen_tokens is None else self.gen_tokens
+
+
+def default_presets() -> list[str]:
+    """Every preset with a single stack (decoder or encoder), in PRESETS order."""
+    return [name for name, factory in PRESETS.items() if factory().arch != "encoder_decoder"]
+
+
+def bench_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
+    """The config of every preset to run, checked against the settings (errors name the fix)."""
+    _check_settings(settings)
+    configs = {}
+    for name in settings.presets or default_presets():
+        if name not in PRESETS:
+            raise FormersError(
+                f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
+                f"formers bench runs: {', '.join(default_presets())}"
+            )
+        if PRESETS[name]().arch == "encoder_decoder":
+            raise FormersError(
+                f"preset {name!r} is an encoder–decoder (translation) model, and formers bench "
+                "measures language models over one token stream: leave it out of --presets"
+            )
+        try:
+            cfg = config(name, **settings.overrides)
+        except ConfigError as error:
+            raise FormersError(f"preset {name!r}: {error}") from None
+        longest = max((settings.seq_len, *settings.sweep))
+        if cfg.position == "learned" and longest > cfg.max_len:
+            raise FormersError(
+                f"preset {name!r}: sequences of {longest} tokens pass the {cfg.max_len} positions "
+                f"of its learned position table: pass --model.max_len {longest} or shorter lengths"
+            )
+        configs[name] = cfg
+    return configs
+
+
+def _check_settings(s: BenchSettings) -> None:
+    for name in ("seq_len", "batch_size", "repeats"):
+        if getattr(s, name) < 1:
+            raise FormersError(f"--{name.replace('_', '-')} must be at least 1")
+    if s.warmup < 0:
+        raise FormersError("--warmup must be 0 or more")
+    if not 0 <= s.new_tokens < s.seq_len:
+        raise FormersError(
+            f"--gen-tokens {s.gen_tokens} must be in [0, --seq-len {s.seq_len}): the prompt is "
+            "the first seq_len − gen_tokens tokens (0 skips the generation benchmark)"
+        )
+    if any(length < 1 for length in s.sweep):
+        raise FormersError(f"--sweep lengths must be positive, got {list(s.sweep)}")
+    if s.matmul_size is not None and s.matmul_size < 1:
+        raise FormersError(f"--matmul-size {s.matmul_size} must be at least 1")
+    if s.precision not in ("auto", "fp32", "bf16"):
+        raise FormersError(f"--precision {s.precision!r} is not one of auto, fp32, bf16")
+
+
+def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str, Any]:
+    """Measure every preset; return the whole report as a JSON-able dict."""
+    configs = bench_configs(settings)
+    device = hardware.resolve_device(settings.device)
+    precision = resolve_precision(settings.precision, device)
+    log(f"measuring the matmul rate on {device} ...")
+    rates = hardware.matmul_rates(device, precision, settings.matmul_size)
+    torch.manual_seed(settings.seed)
+    models = {name: build(cfg).to(device) for name, cfg in configs.items()}
+    batch, seq_len, n = settings.batch_size, settings.seq_len, settings.repeats
+    train = {k: TrainStep(m, batch, seq_len, precision, device) for k, m in models.items()}
+    infer = {k: InferStep(m, batch, seq_len, precision, device) for k, m in models.items()}
+    gen_len = seq_len - settings.new_tokens
+    gen = {
+        k: GenerateStep(m, batch, gen_len, settings.new_tokens, precision, device)
+        for k, m in models.items()
+        if settings.new_tokens and configs[k].arch == "decoder"
+    }
+    timing = {"repeats": n, "warmup": settings.warmup, "device": device}
+    log(f"timing {len(train)} presets: training steps ...")
+    train_s = interleaved(train, **timing)
+    log("timing inference ...")
+    infer_s = interleaved(infer, **timing)
+    if gen:
+        log("timing cached generation ...")
+        interleaved(gen, **timing)
+    log("measuring peak memory ...")
+    results = {}
+    for name, cfg in configs.items():
+        step = train[name]
+        train_rate, infer_rate = rate(train_s[name], step.tokens), rate(infer_s[name], step.tokens)
+        generation = None
+        if name in gen:
+            generation = rate(gen[name].decode_seconds[-n:], gen[name].tokens)
+            generation.update(prompt_len=gen_len, new_tokens=settings.new_tokens)
+        results[name] = {
+            "preset": name,
+            "arch": cfg.arch,
+            "attention": cfg.attention.kind,
+            "params": sum(p.numel() for p in models[name].parameters()),
+            "train": train_rate,
+            "inference": infer_rate,
+            "generation": generation,
+            "peak_train_memory_bytes": peak_bytes(step, step.live_tensors(), device),
+            "flops": flops.flops_summary(
+                cfg,
+                seq_len,
+                train_rate["tokens_per_second"],
+                infer_rate["tokens_per_second"],
+                rates[precision],
+            ),
+            "config": cfg.to_dict(),
+        }
+    report = {
+        "machine": hardware.machine_info(device),
+        "settings": {
+            **dataclasses.asdict(settings),
+            "presets": list(configs),
+            "gen_tokens": settings.new_tokens,
+            "requested_precision": settings.precision,
+            "precision": precision,
+            "device": str(device),
+        },
+        "matmul": {
+            "size": settings.matmul_size or hardware.default_matmul_size(device),
+            "flops_per_second": rates,
+            "reference": precision,
+        },
+        "memory_method": METHOD,
+        "flops_method": (flops.__doc__ or "").strip(),
+        "results": results,
+    }
+    if settings.sweep:
+        report["sweep"] = run_sweep(
+            settings, configs, models, train, device, precision, log, rates[precision]
+        )
+    return report

@@ -1,0 +1,174 @@
+"""The three timed workloads of `formers bench`, each a callable doing one unit of real work.
+
+  TrainStep      forward under autocast, loss + aux loss, backward, gradient clipping,
+                 optimizer step, zero_grad: the trainer's step (formers/train/trainer.py).
+  InferStep      a no-grad forward of a whole batch, as evaluation runs it.
+  GenerateStep   greedy cached decoding: prefill a prompt, then decode token by token with the
+                 key/value cache (or Transformer-XL's memory); only the decoding is timed.
+
+A model with segment memory starts from a full memory (mem_len states per layer), its steady
+state in training and evaluation, and carries its memory on from call to call.
+
+Shapes: B batch, T sequence length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from formers.bench.timing import median, synchronize
+from formers.infer import iter_generate
+from formers.train.config import TrainConfig
+from formers.train.evaluate import uses_memory
+from formers.train.trainer import autocast_for, make_optimizer
+
+
+def random_tokens(vocab_size: int, batch: int, length: int, device: torch.device) -> Tensor:
+    """(B, T) uniform random ids: a dense model does the same work on any text."""
+    return torch.randint(0, vocab_size, (batch, length), device=device)
+
+
+def rate(seconds: list[float], tokens: int) -> dict[str, Any]:
+    """Raw seconds per call, their median, and tokens per second at the median."""
+    mid = median(seconds)
+    return {
+        "tokens_per_call": tokens,
+        "seconds": seconds,
+        "median_seconds": mid,
+        "tokens_per_second": tokens / mid,
+    }
+
+
+class _Workload:
+    """A model, a batch of (inputs, targets), a precision and, for XL, the carried memory."""
+
+    def __init__(
+        self, model: nn.Module, batch: int, seq_len: int, precision: str, device: torch.device
+    ):
+        self.model, self.precision, self.device = model, precision, device
+        tokens = random_tokens(model.cfg.vocab_size, batch, seq_len + 1, device)  # (B, T+1)
+        self.inputs, self.targets = tokens[:, :-1], tokens[:, 1:]
+        self.recurrent = uses_memory(model)
+        self.memory: list[Tensor] | None = None
+        if self.recurrent:
+            self.fill_memory()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens processed per call."""
+        return self.inputs.numel()
+
+    @torch.no_grad()
+    def fill_memory(self) -> None:
+        """Run segments until every layer's memory holds mem_len states."""
+        self.model.eval()
+        mem_len = self.model.cfg.attention.mem_len
+        for _ in range(math.ceil(mem_len / self.inputs.shape[1])):
+            with autocast_for(self.precision, self.device):
+                self.memory = self.model(self.inputs, memory=self.memory).memory
+
+    def memory_kwargs(self) -> dict[str, list[Tensor] | None]:
+        """`memory=` for a recurrent model, nothing for the others (they refuse it)."""
+        return {"memory": self.memory} if self.recurrent else {}
+
+    def live_tensors(self) -> list[Tensor]:
+        """Tensors held between calls: weights, buffers, inputs and memory."""
+        live = [*self.model.parameters(), *self.model.buffers(), self.inputs]
+        return live + list(self.memory or [])
+
+
+class TrainStep(_Workload):
+    """One optimizer step on a fixed batch, exactly as `formers.train.trainer.train` takes it.
+
+    Args:
+        model: a language model on `device`.
+        batch: sequences per step B.
+        seq_len: tokens per sequence T.
+        precision: "fp32" or "bf16" (autocast with fp32 master weights).
+        device: where the model lives.
+        train_cfg: optimizer, clipping and aux-loss settings (TrainConfig defaults).
+        optimizer: reuse an optimizer (and its state) built for this model.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batch: int,
+        seq_len: int,
+        precision: str,
+        device: torch.device,
+        train_cfg: TrainConfig | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ):
+        super().__init__(model, batch, seq_len, precision, device)
+        self.cfg = train_cfg or TrainConfig()
+        self.optimizer = optimizer or make_optimizer(model, self.cfg)
+
+    def __call__(self) -> None:
+        self.model.train()
+        with autocast_for(self.precision, self.device):
+            out = self.model(self.inputs, self.targets, **self.memory_kwargs())
+            loss = out.loss + self.cfg.aux_loss_coef * out.aux_loss
+            loss.backward()
+        self.memory = out.memory
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def live_tensors(self) -> list[Tensor]:
+        state = [t for s in self.optimizer.state.values() for t in s.values() if torch.is_tensor(t)]
+        return super().live_tensors() + [self.targets] + state
+
+
+class InferStep(_Workload):
+    """A no-grad forward of the whole batch in eval mode; XL reads (and keeps) a full memory."""
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        self.model.eval()
+        with autocast_for(self.precision, self.device):
+            self.model(self.inputs, **self.memory_kwargs())
+
+
+class GenerateStep:
+    """Greedy decoding of `new_tokens` per row after a `prompt_len` prompt; times the decoding.
+
+    Each call appends the seconds of its decoding phase (after the prompt is encoded and the
+    first token chosen) to `decode_seconds`: `new_tokens` one-token steps with the cache.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batch: int,
+        prompt_len: int,
+        new_tokens: int,
+        precision: str,
+        device: torch.device,
+    ):
+        self.model, self.precision, self.device = model, precision, device
+        self.prompt = random_tokens(model.cfg.vocab_size, batch, prompt_len, device)  # (B, P)
+        self.new_tokens = new_tokens
+        self.decode_seconds: list[float] = []
+
+    @property
+    def tokens(self) -> int:
+        """Tokens decoded per call (all rows)."""
+        return self.prompt.shape[0] * self.new_tokens
+
+    def __call__(self) -> None:
+        with autocast_for(self.precision, self.device):
+            stream = iter_generate(self.model, self.prompt, self.new_tokens + 1, temperature=0.0)
+            next(stream)  # prefill: the prompt in one pass, and the first token
+            synchronize(self.device)
+            start = time.perf_counter()
+            for _ in stream:
+                pass
+            synchronize(self.device)
+        self.decode_seconds.append(time.perf_counter() - start)

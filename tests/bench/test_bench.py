@@ -1,0 +1,178 @@
+"""`formers bench`: the command end to end on a tiny config, the FLOP counts by hand, the
+workloads doing the work they claim (full XL memory, cached decoding), memory measurement and
+the errors. No timing is asserted."""
+
+import json
+import math
+import statistics
+
+import pytest
+import torch
+from helpers import tiny_config
+
+import formers
+from formers.bench import flops
+from formers.bench.hardware import matmul_flops_per_second
+from formers.bench.memory import peak_bytes, peak_rise_bytes, tensor_bytes
+from formers.bench.workloads import GenerateStep, TrainStep
+from formers.cli import main
+
+TINY = ["--n-layers", "1", "--d-model", "32", "--n-heads", "2", "--d-ff", "64"]
+TINY += ["--seq-len", "16", "--batch-size", "2", "--gen-tokens", "4", "--matmul-size", "64"]
+TINY += ["--repeats", "2", "--warmup", "1", "--precision", "fp32", "--device", "cpu"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command_writes_table_json_and_plots(tmp_path, capsys):
+    out = tmp_path / "report"
+    presets = ["vanilla", "transformer-xl"]
+    argv = ["bench", "--presets", *presets, *TINY, "--sweep", "8", "16", "--out", str(out)]
+    assert main([*argv, "--model.norm", "pre"]) == 0
+    printed = capsys.readouterr().out
+
+    report = json.loads((out / "bench.json").read_text())
+    assert list(report["results"]) == presets
+    assert report["settings"]["precision"] == "fp32" and report["settings"]["seq_len"] == 16
+    assert all(r > 0 and math.isfinite(r) for r in report["matmul"]["flops_per_second"].values())
+    for name in presets:
+        r = report["results"][name]
+        assert r["preset"] == name and r["config"]["norm"] == "pre"  # the override reached it
+        assert r["config"]["d_model"] == 32 and r["config"]["dropout"] == 0.0
+        for part in ("train", "inference", "generation"):
+            assert len(r[part]["seconds"]) == 2 and all(s > 0 for s in r[part]["seconds"])
+            assert r[part]["median_seconds"] == statistics.median(r[part]["seconds"])
+            rate = r[part]["tokens_per_call"] / r[part]["median_seconds"]
+            assert r[part]["tokens_per_second"] == pytest.approx(rate)
+        assert r["train"]["tokens_per_call"] == 2 * 16
+        assert r["generation"]["tokens_per_call"] == 2 * 4
+        assert r["generation"]["prompt_len"] == 12
+        model_bytes = 4 * r["params"]
+        assert r["peak_train_memory_bytes"] > 4 * model_bytes  # weights, grads, 2 Adam moments
+        f = r["flops"]
+        assert f["training_per_token"] == pytest.approx(3 * f["inference_per_token"])
+        achieved = f["training_per_token"] * r["train"]["tokens_per_second"]
+        assert f["training_per_second"] == pytest.approx(achieved)
+        fraction = achieved / report["matmul"]["flops_per_second"]["fp32"]
+        assert f["training_fraction_of_matmul"] == pytest.approx(fraction)
+    assert report["results"]["transformer-xl"]["flops"]["keys_per_query"] == 16 + 128
+
+    sweep = report["sweep"]
+    assert sweep["presets"] == {"vanilla": "vanilla", "xl": "transformer-xl"}
+    runs = {(run["preset"], run["seq_len"]): run for run in sweep["runs"]}
+    assert set(runs) == {(p, n) for p in presets for n in (8, 16)}
+    assert [runs["vanilla", n]["batch_size"] for n in (8, 16)] == [4, 2]  # 32 tokens a batch
+    assert all(run["train"]["tokens_per_second"] > 0 for run in runs.values())
+    assert all(run["peak_train_memory_bytes"] > 0 for run in runs.values())
+
+    table = (out / "bench.md").read_text()
+    assert table in printed
+    main_table, sweep_table = table.split("sequence-length sweep")
+    rows = [line for line in main_table.splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows[2:]] == presets  # after header and rule
+    rows = [line for line in sweep_table.splitlines() if line.startswith("| ")]
+    assert sum(row.startswith("| xl (transformer-xl) ") for row in rows) == 2  # one per length
+    for name in (
+        "tokens_per_s.png",
+        "sweep_train_tokens_per_s.png",
+        "sweep_inference_tokens_per_s.png",
+        "sweep_memory.png",
+    ):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 2000, name
+
+
+def test_flops_match_a_hand_count():
+    d, dff, vocab, layers, seq = 32, 64, 50, 2, 16
+    cfg = tiny_config("vanilla")  # 2 layers, d_model 32, d_ff 64, vocab 50, tied, post-norm
+    per_layer = (4 * d * d + 4 * d) + (2 * d * dff + dff + d) + 2 * (2 * d)  # attn, ffn, norms
+    n = layers * per_layer + d * vocab  # + the tied output projection, not the lookup
+    assert flops.matmul_params(cfg) == n
+    attention = 2 * 2 * layers * seq * d  # q·kᵀ and the value sum over seq keys
+    assert flops.attention_flops_per_token(cfg, seq) == attention
+    assert flops.inference_flops_per_token(cfg, seq) == 2 * n + attention
+    assert flops.training_flops_per_token(cfg, seq) == 6 * n + 3 * attention
+    # an untied head is one matmul all the same; a learned position table is a lookup
+    assert flops.matmul_params(tiny_config("vanilla", tie_embeddings=False)) == n
+    assert flops.matmul_params(tiny_config("vanilla", position="learned")) == n
+
+
+def test_xl_flops_count_the_memory_and_the_position_scores():
+    d, layers, seq, mem = 32, 2, 16, 24
+    cfg = tiny_config("transformer-xl", **{"attention.mem_len": mem})
+    vanilla_n = flops.matmul_params(tiny_config("vanilla"))
+    # no projection biases (4d a layer), one shared u and v; W_{k,R} is per segment, not counted
+    assert flops.matmul_params(cfg) == vanilla_n - layers * 4 * d + 2 * d
+    assert flops.keys_per_query(cfg, seq) == seq + mem
+    assert flops.attention_flops_per_token(cfg, seq) == 2 * 3 * layers * (seq + mem) * d
+
+
+def test_matmul_rate_is_positive_and_finite():
+    rate = matmul_flops_per_second(torch.float32, "cpu", size=64, repeats=2, warmup=1)
+    assert rate > 0 and math.isfinite(rate)
+
+
+def test_xl_train_step_runs_with_a_full_memory():
+    mem_len, seq = 12, 5  # three segments fill the memory
+    model = formers.build(tiny_config("transformer-xl", **{"attention.mem_len": mem_len}))
+    seen = []
+
+    def record(module, args, kwargs):
+        memory = kwargs.get("memory")
+        seen.append(memory[0].shape[1] if memory else 0)
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    step = TrainStep(model, 2, seq, "fp32", torch.device("cpu"))
+    assert [m.shape[1] for m in step.memory] == [mem_len] * len(model.layers)
+    before = [p.detach().clone() for p in model.parameters()]
+    seen.clear()
+    step()
+    step()
+    assert seen == [mem_len, mem_len]
+    assert all(p.grad is None for p in model.parameters())  # zero_grad(set_to_none=True)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_generate_step_prefills_once_then_decodes_one_token_a_step():
+    model = formers.build(tiny_config("vanilla"))
+    lengths = []
+    model.register_forward_pre_hook(lambda module, args: lengths.append(args[0].shape[1]))
+    step = GenerateStep(model, 3, 7, 5, "fp32", torch.device("cpu"))
+    step()
+    assert lengths == [7] + [1] * 5 and step.tokens == 3 * 5
+    assert len(step.decode_seconds) == 1 and step.decode_seconds[0] > 0
+
+
+def test_peak_memory_counts_live_tensors_once_plus_the_rise():
+    weight = torch.zeros(1000)
+    assert tensor_bytes([weight, weight[:10], weight.view(10, 100)]) == 4000
+    cpu = torch.device("cpu")
+    assert peak_rise_bytes(lambda: torch.ones(2**20, dtype=torch.uint8).sum(), cpu) >= 2**20
+    peak = peak_bytes(lambda: (torch.ones(2**18) * 2).sum(), [weight], cpu)
+    assert peak >= 4000 + 2 * 4 * 2**18  # two 1 MiB float tensors live at once
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--presets", "vanila"], "did you mean 'vanilla'"),
+        (["--presets", "transformer"], "encoder–decoder"),
+        (["--model.position", "learned", "--model.max_len", "8"], "--model.max_len 16"),
+        (["--model.mem_len", "3"], "preset 'vanilla'"),
+        (["--train.lr", "1"], "model overrides"),
+        (["--gen-tokens", "16"], "--gen-tokens"),
+        (["--sweep", "0"], "--sweep"),
+        (["--threads", "0"], "--threads"),
+    ],
+)
+def test_bench_errors_name_the_fix(args, message, capsys, tmp_path):
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path), *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "bench.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_bench_refuses_cuda_without_cuda(capsys, tmp_path):
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path)]
+    assert main([*argv, "--device", "cuda"]) == 2
+    assert "no CUDA" in capsys.readouterr().err
