@@ -29,6 +29,19 @@ from formers.layers.mask import AttentionMask
 
 NO_MASK = AttentionMask()
 
+# On CPU in bf16/fp16, two batched matmuls and a softmax beat torch's fused (flash) kernel for
+# short keys, and lose for long ones: 2,239 vs 1,947 training tokens/s at 512 keys and 1,560 vs
+# 1,919 at 1,024 (the 6×512 model of benchmarks/peers.py, AVX-512 bf16). In fp32 the fused
+# kernel wins at every length.
+CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS = 512
+
+
+def fused_kernel_is_faster(q: Tensor, k: Tensor) -> bool:
+    """Whether the fused kernel beats the explicit path for these queries and keys."""
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
+        return True
+    return k.shape[-2] > CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS
+
 
 class MultiHeadAttention(nn.Module):
     """h parallel scaled dot-product heads of width d_model / h, then an output projection.
@@ -107,7 +120,7 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
         """Eq. 1 for every head: (B, H, T, K) queries against (B, H, S, K) keys and values."""
-        if self.fused:
+        if self.fused and fused_kernel_is_faster(q, k):
             return self.fused_attention(q, k, v, mask)
         weights = self.weights(self.scores(q, k), mask)  # (B, H, T, S)
         if self.training and self.dropout > 0:
@@ -120,12 +133,15 @@ class MultiHeadAttention(nn.Module):
 
     def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
         """Masked softmax over keys; a query with no visible key gets all-zero weights."""
+        # torch's softmax kernels accumulate bf16/fp16 inputs in fp32 and round only the output,
+        # so this is the fp32 softmax; an explicit .float() would add two passes over (T, S).
         allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
         if allowed is None:
-            return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+            return torch.softmax(scores, dim=-1)
         # finfo.min rather than -1e9 or -inf: representable in fp16/bf16, and never NaN.
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        weights = torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+        weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min), -1)
+        if mask.every_query_sees_a_key:
+            return weights
         return weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
     def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:

@@ -32,6 +32,14 @@ class AttentionMask:
         """True when every query sees every key."""
         return not self.causal and self.key_valid is None
 
+    @property
+    def every_query_sees_a_key(self) -> bool:
+        """True when no query row can be fully masked (causal without padding: each sees key 0).
+
+        Attention then skips zeroing empty rows, a full pass over the (T, S) weights.
+        """
+        return self.causal and self.key_valid is None
+
     def dense(self, query_len: int, key_len: int, device: torch.device) -> Tensor | None:
         """The boolean mask (B or 1, 1, T, S), True where attention is allowed; None if empty."""
         allowed = None

@@ -266,9 +266,15 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
         """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K): (B, H, T, S)."""
-        u = self.u.view(self.n_heads, 1, self.d_head)  # (H, 1, K)
-        v = self.v.view(self.n_heads, 1, self.d_head)
-        r = self.relative_keys(k.shape[-2], q.device)  # (H, S, K)
-        content = (q + u.to(q.dtype)) @ k.transpose(-2, -1)  # terms (a) + (c), (B, H, T, S)
-        position = (q + v.to(q.dtype)) @ r.to(q.dtype).transpose(-2, -1)  # (b) + (d), distances
-        return (content + rel_shift(position)) * self.scale  # S−1 … 0 aligned to i − j
+        batch, heads, length, _ = q.shape
+        key_len = k.shape[-2]
+        u = self.u.view(heads, 1, self.d_head).to(q.dtype)  # (H, 1, K)
+        v = self.v.view(heads, 1, self.d_head).to(q.dtype)
+        r = self.relative_keys(key_len, q.device).to(q.dtype)  # (H, S, K)
+        # 1/√d_k goes on the (T, K) queries, not on the (T, S) scores: one pass fewer over them.
+        position = ((q + v) * self.scale) @ r.transpose(-2, -1)  # (b) + (d), distances S−1 … 0
+        shifted = rel_shift(position).flatten(0, 1)  # aligned to i − j, (B·H, T, S)
+        content_q = ((q + u) * self.scale).flatten(0, 1)  # (B·H, T, K)
+        keys = k.flatten(0, 1).transpose(1, 2)  # (B·H, K, S)
+        # (a) + (c) added to the shifted position terms inside the matmul (C = C + A·B)
+        return torch.baddbmm(shifted, content_q, keys).view(batch, heads, length, key_len)
