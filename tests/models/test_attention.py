@@ -119,3 +119,33 @@ def test_cache_extends_keys_like_one_pass():
     for i in range(4, 10):
         pieces.append(mha(x[:, i : i + 1], mask=AttentionMask(causal=True), cache=cache))
     torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_low_precision_softmax_accumulates_in_fp32():
+    # `weights` relies on this instead of upcasting the (T, S) scores itself
+    torch.manual_seed(3)
+    scores = (torch.randn(64, 700) * 8).to(torch.bfloat16)
+    exact = torch.softmax(scores.double(), dim=-1)
+    # within one bf16 ulp of the exact value: rounded once, not accumulated in bf16
+    got = torch.softmax(scores, dim=-1).double()
+    torch.testing.assert_close(got, exact, rtol=2**-7, atol=1e-30)
+
+
+@pytest.mark.parametrize(
+    "dtype, keys, fused",
+    [(torch.float32, 16, True), (torch.bfloat16, 16, False), (torch.bfloat16, 600, True)],
+)
+def test_cpu_kernel_choice_and_agreement(dtype, keys, fused):
+    from formers.layers.attention import fused_kernel_is_faster
+
+    q = torch.randn(1, 2, 4, 8, dtype=dtype)
+    k = torch.randn(1, 2, keys, 8, dtype=dtype)
+    assert fused_kernel_is_faster(q, k) is fused
+    # whichever runs, the vanilla layer agrees with the explicit one in that dtype
+    torch.manual_seed(4)
+    mha = MultiHeadAttention(16, 2).to(dtype)
+    explicit = ExplicitAttention(16, 2).to(dtype)
+    explicit.load_state_dict(mha.state_dict())
+    x = torch.randn(2, keys, 16, dtype=dtype)
+    mask = AttentionMask(causal=True)
+    torch.testing.assert_close(mha(x, mask=mask), explicit(x, mask=mask), atol=2e-2, rtol=2e-2)
