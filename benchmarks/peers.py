@@ -2,7 +2,7 @@
 
 Every candidate trains the same decoder-only byte LM (by default 6 layers, d_model 512, 8 heads,
 d_ff 2048, sequences of 512, batch 4, no dropout) on the same random batch: forward, loss,
-backward and an optimizer step. Candidates of one family are timed in interleaved rounds (the
+backward, clipping and an AdamW step. Candidates of one family are timed in interleaved rounds (the
 first candidate changes every round) so they share the machine's noise, and each reports the
 median of its step times. Ratios are against the bare model of the same precision.
 
@@ -99,12 +99,16 @@ class BareLM(nn.Module):
 
 @dataclass
 class Candidate:
-    """A model, its optimizer and a loss function that may carry state (memory) across steps."""
+    """A model, its optimizer and a loss function that may carry state (memory) across steps.
+
+    Every candidate takes the same optimizer step: AdamW (the peers: torch's; formers: its own,
+    with decay groups) and gradient clipping at norm 1.0, as `formers train` does by default.
+    """
 
     model: nn.Module
     loss: Callable[[Tensor, Tensor], Tensor]
     optimizer: torch.optim.Optimizer | None = None
-    clip: float | None = None
+    clip: float = 1.0
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -136,8 +140,8 @@ def formers_model(s: Shape, preset: str) -> Candidate:
             memory[0] = out.memory
             return out.loss
 
-        return Candidate(model, loss, optimizer, clip=1.0)
-    return Candidate(model, lambda x, y: model(x, y).loss, optimizer, clip=1.0)
+        return Candidate(model, loss, optimizer)
+    return Candidate(model, lambda x, y: model(x, y).loss, optimizer)
 
 
 def x_transformers(s: Shape, xl: str | None = None) -> Candidate:
@@ -267,9 +271,9 @@ def labml_xl(s: Shape, feed_forward: nn.Module) -> Candidate:
         if mem:
             mask = torch.cat([causal.new_ones(s.seq_len, len(mem[0]), 1), causal], dim=1)
         h, new = model["xl"](model["embed"](x.t()), mem, mask)
-        mems[0] = [torch.cat([m, n], 0)[-s.mem_len :] for m, n in zip(mem, new, strict=True)]
-        if not mem:
-            mems[0] = new
+        if mem:
+            new = [torch.cat([m, n], 0)[-s.mem_len :] for m, n in zip(mem, new, strict=True)]
+        mems[0] = new
         return lm_loss(model["head"](h).transpose(0, 1), y)
 
     return Candidate(model, loss)
@@ -327,8 +331,7 @@ def train_step(c: Candidate, x: Tensor, y: Tensor, precision: str) -> Callable[[
         with autocast:
             loss = c.loss(x, y)
         loss.backward()
-        if c.clip is not None:
-            torch.nn.utils.clip_grad_norm_(c.model.parameters(), c.clip)
+        torch.nn.utils.clip_grad_norm_(c.model.parameters(), c.clip)
         c.optimizer.step()
         c.optimizer.zero_grad(set_to_none=True)
 
@@ -343,7 +346,7 @@ def run_family(
     y = torch.randint(0, s.vocab, (s.batch, s.seq_len))
     steps, params, skipped = {}, {}, []
     for name, (present, make) in FAMILIES[family].items():
-        if only and name not in only and name != "bare":
+        if only and name not in (*only, "bare", "formers"):
             continue
         if not present():
             skipped.append(name)
@@ -387,7 +390,7 @@ def print_table(result: dict[str, Any]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
-    p.add_argument("--only", nargs="+", help="candidates to time (besides bare)")
+    p.add_argument("--only", nargs="+", help="peers to time (bare and formers always run)")
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     p.add_argument("--n-layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=512)
