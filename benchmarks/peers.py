@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 import formers
 from formers.bench.timing import interleaved, median
+from formers.cpu_allocator import keep_freed_memory
 from formers.train.config import TrainConfig
 from formers.train.trainer import make_optimizer
 
@@ -403,12 +404,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=7, help="timed steps per candidate")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate first")
     p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="leave glibc malloc as it is; by default every candidate runs with the setting "
+        "formers commands use (formers/cpu_allocator.py)",
+    )
     p.add_argument("--json", type=Path, help="write the results here")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    tuned = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
     s = Shape(
@@ -429,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                 "processor": platform.processor(),
                 "torch": torch.__version__,
                 "threads": torch.get_num_threads(),
+                "keep_freed_memory": tuned,
             },
             "shape": vars(s),
             "results": results,

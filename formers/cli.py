@@ -14,6 +14,7 @@ import yaml
 
 from formers.bench.bench_cli import add_bench_parser
 from formers.bench.compare_cli import add_compare_parser
+from formers.cpu_allocator import keep_freed_memory
 from formers.errors import FormersError
 
 
@@ -326,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognised arguments: {' '.join(extra)}")
     if args.command == "data" and args.action in ("get", "info") and not args.name:
         parser.error(f"formers data {args.action} needs a corpus name")
+    keep_freed_memory()  # big per-step tensors reuse the heap instead of fresh pages
     try:
         return args.func(args, extra)
     except FormersError as error:

@@ -6,8 +6,10 @@
 
 Variants change one hook and inherit the rest:
   project(x, context, cache) -> q, k, v     (Linformer compresses k/v, Primer convolves q/k/v)
-  scores(q, k)               -> logits      (Transformer-XL adds relative-position terms)
+  scores(q, k, mask)         -> logits      (Transformer-XL adds relative-position terms)
   weights(scores, mask)      -> probs       (top-k keeps the k largest)
+`scores` may fold the mask into the logits as it builds them (Transformer-XL does, saving a pass);
+`weights` then only normalises.
 A class that keeps the vanilla `scores` and `weights` runs on the fused
 `scaled_dot_product_attention` kernel; overriding either switches to the explicit path.
 
@@ -41,6 +43,16 @@ def fused_kernel_is_faster(q: Tensor, k: Tensor) -> bool:
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
         return True
     return k.shape[-2] > CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS
+
+
+def zero_rows_without_keys(weights: Tensor, mask: AttentionMask, allowed: Tensor) -> Tensor:
+    """Zero the weights of queries that see no key (their softmax spread evenly over masked keys).
+
+    Skipped when the mask guarantees a key for every query: a full pass over the (T, S) weights.
+    """
+    if mask.every_query_sees_a_key:
+        return weights
+    return weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
 
 class MultiHeadAttention(nn.Module):
@@ -122,13 +134,13 @@ class MultiHeadAttention(nn.Module):
         """Eq. 1 for every head: (B, H, T, K) queries against (B, H, S, K) keys and values."""
         if self.fused and fused_kernel_is_faster(q, k):
             return self.fused_attention(q, k, v, mask)
-        weights = self.weights(self.scores(q, k), mask)  # (B, H, T, S)
+        weights = self.weights(self.scores(q, k, mask), mask)  # (B, H, T, S)
         if self.training and self.dropout > 0:
             weights = F.dropout(weights, self.dropout)
         return weights @ v
 
-    def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """Q Kᵀ / √d_k, (B, H, T, S)."""
+    def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
+        """Q Kᵀ / √d_k, (B, H, T, S); the mask is applied by `weights`."""
         return (q * self.scale) @ k.transpose(-2, -1)
 
     def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
@@ -140,9 +152,7 @@ class MultiHeadAttention(nn.Module):
             return torch.softmax(scores, dim=-1)
         # finfo.min rather than -1e9 or -inf: representable in fp16/bf16, and never NaN.
         weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min), -1)
-        if mask.every_query_sees_a_key:
-            return weights
-        return weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+        return zero_rows_without_keys(weights, mask, allowed)
 
     def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
         """Eq. 1 on torch's fused kernels, choosing the cheapest mask form."""

@@ -11,12 +11,13 @@ A segment attends to its own tokens and to a memory of the previous segment's hi
 
 with q_i = W_q E_{x_i}, k_j = W_{k,E} E_{x_j}, R a fixed sinusoid table of distances and u, v
 learned per head. Grouped as the reference code does: (a)+(c) = (q_i + u)ᵀ k_j, and
-(b)+(d) = (q_i + v)ᵀ W_{k,R} R_{i−j}, computed against all distances S−1 … 0 at once and then
-aligned with `rel_shift`.
+(b)+(d) = (q_i + v)ᵀ W_{k,R} R_{i−j}, computed against all distances S−1 … −1 at once and then
+aligned with `rel_shift`, a view.
 
 Diff from vanilla:
-  - `scores` adds terms (b)–(d); the mask, softmax and attention dropout in `weights` are reused
-    (the explicit path, not the fused kernel).
+  - `scores` adds terms (b)–(d), and folds the causal mask in while it lays the aligned position
+    terms out (the one pass over (T, S) that the scores need anyway); `weights` is then a plain
+    softmax. The explicit path, not the fused kernel.
   - one more projection per layer, W_{k,R} (`r_proj`); u, v (`u`, `v`) shared by all layers in
     the reference code, per layer with `untie_rel_bias`; no biases on the projections.
   - keys and values are computed from context = cat(memory, x); no absolute positions.
@@ -35,12 +36,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from formers.config import AttentionConfig, ModelConfig
 from formers.errors import ConfigError
-from formers.layers.attention import MultiHeadAttention
+from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
 from formers.layers.mask import AttentionMask
 
 
@@ -158,23 +158,26 @@ def relative_sinusoid(distances: Tensor, d_model: int, dtype: torch.dtype) -> Te
 
 
 def rel_shift(x: Tensor) -> Tensor:
-    """Align scores against distances S−1 … 0 so that entry (i, j) is for distance i + S − T − j.
+    """Align scores against distances S−1 … −1 so that entry (i, j) is for distance i + S − T − j.
 
-    Column c of row i of `x` holds distance S − 1 − c; the result's row i is that row shifted left
-    by T − 1 − i, done for all rows at once by padding one zero column and re-reading the buffer
-    with a longer row length (Dai et al., App. B; `_rel_shift` in the reference code). Entries
-    above the causal diagonal (j > i + S − T) then hold values from the next row: exact only under
-    the causal mask, never for bidirectional attention.
+    Column c of row i of `x` holds distance S − 1 − c, and entry (i, j) needs column
+    j + T − 1 − i. In the flat buffer that is element i·(S+1) + j + T − 1 = i·S + j + (T − 1):
+    the aligned (T, S) scores are the T·S consecutive elements from offset T − 1, read with rows
+    of length S. So the shift is a view, where the reference code pads a zero column and copies
+    (Dai et al., App. B; `_rel_shift`); the extra distance −1 column takes the pad's place.
+    Entries above the causal diagonal (j > i + S − T) then hold values from other columns: exact
+    only under the causal mask, never for bidirectional attention.
 
     Args:
-        x: (…, T, S) scores with T <= S.
+        x: (…, T, S + 1) contiguous scores with T <= S.
 
     Returns:
-        (…, T, S), a view of a padded copy of x.
+        (…, T, S), a view of x.
     """
-    *lead, length, key_len = x.shape
-    padded = F.pad(x, (1, 0)).reshape(-1, length * (key_len + 1))  # (…, T·(S+1))
-    return padded[:, length:].view(*lead, length, key_len)  # drop T leading slots, re-row
+    *lead, length, width = x.shape
+    key_len = width - 1
+    flat = x.view(*lead, length * width)  # (…, T·(S+1))
+    return flat[..., length - 1 : length - 1 + length * key_len].view(*lead, length, key_len)
 
 
 @dataclass(frozen=True)
@@ -256,25 +259,51 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         )
 
     def relative_keys(self, key_len: int, device: torch.device) -> Tensor:
-        """W_{k,R} R for distances S−1 … 0 (capped at clamp_len), split into heads, (H, S, K)."""
-        distances = torch.arange(key_len - 1, -1, -1, device=device)  # (S,)
+        """W_{k,R} R for distances S−1 … 0, −1 (capped at clamp_len), in heads, (H, S + 1, K).
+
+        Distance −1 (a future key) is never attended to; its column lets `rel_shift` be a view.
+        """
+        distances = torch.arange(key_len - 1, -2, -1, device=device)  # (S + 1,)
         if self.clamp_len is not None:
             distances = distances.clamp(max=self.clamp_len)
         weight = self.r_proj.weight
-        r = self.r_proj(relative_sinusoid(distances, self.d_model, weight.dtype))  # (S, D)
-        return r.view(key_len, self.n_heads, self.d_head).transpose(0, 1)  # (H, S, K)
+        r = self.r_proj(relative_sinusoid(distances, self.d_model, weight.dtype))  # (S + 1, D)
+        return r.view(key_len + 1, self.n_heads, self.d_head).transpose(0, 1)  # (H, S + 1, K)
 
-    def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K): (B, H, T, S)."""
+    def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
+        """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K), masked: (B, H, T, S).
+
+        Masked entries hold finfo.min, so that `weights` is a plain softmax.
+        """
         batch, heads, length, _ = q.shape
         key_len = k.shape[-2]
         u = self.u.view(heads, 1, self.d_head).to(q.dtype)  # (H, 1, K)
         v = self.v.view(heads, 1, self.d_head).to(q.dtype)
-        r = self.relative_keys(key_len, q.device).to(q.dtype)  # (H, S, K)
+        r = self.relative_keys(key_len, q.device).to(q.dtype)  # (H, S + 1, K)
         # 1/√d_k goes on the (T, K) queries, not on the (T, S) scores: one pass fewer over them.
-        position = ((q + v) * self.scale) @ r.transpose(-2, -1)  # (b) + (d), distances S−1 … 0
-        shifted = rel_shift(position).flatten(0, 1)  # aligned to i − j, (B·H, T, S)
+        position = ((q + v) * self.scale) @ r.transpose(-2, -1)  # (b) + (d), (B, H, T, S + 1)
+        shifted = rel_shift(position.flatten(0, 1))  # aligned to i − j, a view (B·H, T, S)
+        allowed = mask.dense(length, key_len, q.device)  # (B|1, 1, T, S) bool
+        if allowed is None:
+            scores = shifted.contiguous()
+        else:
+            # the pass that lays the shifted view out also adds the mask: 0 or finfo.min
+            blocked = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
+            blocked.masked_fill_(~allowed, torch.finfo(q.dtype).min)
+            if blocked.shape[0] == 1:
+                blocked = blocked[0]  # (1, T, S)
+            else:  # a mask per sequence, repeated for the heads
+                blocked = blocked.expand(-1, heads, -1, -1).flatten(0, 1)  # (B·H, T, S)
+            scores = shifted + blocked  # (B·H, T, S)
         content_q = ((q + u) * self.scale).flatten(0, 1)  # (B·H, T, K)
         keys = k.flatten(0, 1).transpose(1, 2)  # (B·H, K, S)
-        # (a) + (c) added to the shifted position terms inside the matmul (C = C + A·B)
-        return torch.baddbmm(shifted, content_q, keys).view(batch, heads, length, key_len)
+        # (a) + (c) added in place by the matmul (C = C + A·B)
+        return scores.baddbmm_(content_q, keys).view(batch, heads, length, key_len)
+
+    def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
+        """Softmax over keys: `scores` already carry the mask."""
+        weights = torch.softmax(scores, dim=-1)
+        if mask.every_query_sees_a_key:
+            return weights
+        allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
+        return weights if allowed is None else zero_rows_without_keys(weights, mask, allowed)

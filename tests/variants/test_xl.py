@@ -33,8 +33,10 @@ def randomised(attn: RelativeMultiHeadAttention) -> RelativeMultiHeadAttention:
 @pytest.mark.parametrize("length", [1, 3, 6])
 def test_rel_shift_equals_an_explicit_gather(length, memory_len):
     key_len = memory_len + length
-    x = torch.randn(2, 3, length, key_len)  # column c holds distance S − 1 − c
+    x = torch.randn(2, 3, length, key_len + 1)  # column c holds distance S − 1 − c
     shifted = rel_shift(x)
+    assert shifted.shape == (2, 3, length, key_len)
+    assert shifted.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # a view
     for i in range(length):
         for j in range(i + memory_len + 1):  # the causal region
             distance = i + memory_len - j
@@ -45,20 +47,20 @@ def test_rel_shift_equals_an_explicit_gather(length, memory_len):
 def test_rel_shift_of_position_scores_equals_indexing_r_by_i_minus_j(memory_len):
     length, dim = 4, 8
     key_len = memory_len + length
-    table = torch.randn(key_len, dim)  # table[d] = R_d, d = 0 … S−1
+    table = torch.randn(key_len + 1, dim)  # table[d + 1] = R_d, d = −1 … S−1
     q = torch.randn(2, 3, length, dim)
-    by_distance = q @ table.flip(0).T  # against distances S−1 … 0, (B, H, T, S)
+    by_distance = q @ table.flip(0).T  # against distances S−1 … −1, (B, H, T, S + 1)
     gathered = torch.zeros(2, 3, length, key_len)
     for i in range(length):
         for j in range(key_len):
             if j <= i + memory_len:
-                gathered[..., i, j] = q[..., i, :] @ table[i + memory_len - j]
+                gathered[..., i, j] = q[..., i, :] @ table[i + memory_len - j + 1]
     allowed = xl_mask(length, memory_len).allowed
     torch.testing.assert_close(rel_shift(by_distance) * allowed, gathered, atol=1e-5, rtol=1e-5)
 
 
 def test_rel_shift_gradcheck():
-    x = torch.randn(2, 4, 7, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(rel_shift, (x,))
 
 
@@ -115,19 +117,21 @@ def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp
     context = torch.cat([memory, x], dim=1)
     want_scores, want = reference_attention(attn, x, memory, clamp_len, window)
     q, k, _ = attn.project(x, context)
-    scores = attn.scores(q, k)  # (B, H, T, S)
+    mask = xl_mask(5, memory_len, window)
+    scores = attn.scores(q, k, mask)  # (B, H, T, S)
     visible = ~want_scores.isnan()
     torch.testing.assert_close(scores[visible], want_scores[visible], atol=1e-12, rtol=1e-12)
-    got = attn(x, context=context, mask=xl_mask(5, memory_len, window))
+    assert (scores[~visible] <= torch.finfo(scores.dtype).min / 2).all()  # the mask is in
+    got = attn(x, context=context, mask=mask)
     # the softmax runs in fp32 whatever the input dtype (MultiHeadAttention.weights)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
 
 def test_relative_keys_clamp_distances():
     attn = RelativeMultiHeadAttention(16, 2, clamp_len=3).double()
-    r = attn.relative_keys(7, torch.device("cpu"))  # (H, S, K), distances 6 … 0 capped at 3
-    table = torch.stack([attn.r_proj.weight @ sinusoid(min(d, 3), 16) for d in range(6, -1, -1)])
-    torch.testing.assert_close(r.transpose(0, 1).reshape(7, 16), table, atol=1e-12, rtol=0)
+    r = attn.relative_keys(7, torch.device("cpu"))  # (H, S + 1, K), distances 6 … −1, cap 3
+    table = torch.stack([attn.r_proj.weight @ sinusoid(min(d, 3), 16) for d in range(6, -2, -1)])
+    torch.testing.assert_close(r.transpose(0, 1).reshape(8, 16), table, atol=1e-12, rtol=0)
 
 
 # --- (e) masks ---------------------------------------------------------------------------------
