@@ -9,9 +9,13 @@ median of its step times. Ratios are against the bare model of the same precisio
 Families and candidates:
   vanilla          bare (written below: fused qkv, SDPA, pre-LN, GELU), formers, x-transformers
                    (attn_flash=True), HF GPT-2 (transformers), labml-nn
-  transformer-xl   formers, x-transformers (relative position bias + memory), HF TransfoXL
-                   (transformers < 4.40), labml-nn; all with a full memory of --mem-len states
+  transformer-xl   formers, x-transformers (memory with T5 relative bias, and with rotary
+                   positions), HF TransfoXL (transformers < 4.40), labml-nn; all with a full
+                   memory of --mem-len states
   primer-ez        formers, labml-nn (its Primer EZ: squared ReLU + multi-DConv-head attention)
+With --compile, bare and formers also run with torch.compile (`bare+compile`,
+`formers+compile`). Every candidate runs with the malloc setting of formers commands
+(formers/cpu_allocator.py) unless --default-malloc is given: one process, the same for all.
 
 The peers are optional: `pip install -e '.[peers]'`; a library that is not installed is skipped.
 
@@ -339,15 +343,37 @@ def train_step(c: Candidate, x: Tensor, y: Tensor, precision: str) -> Callable[[
     return step
 
 
+OURS = ("bare", "formers")  # always run; the rest are the peers
+COMPILED = "+compile"
+
+
+def compiled(c: Candidate) -> Candidate:
+    """The same candidate with its model's forward wrapped in torch.compile (memory intact)."""
+    c.model.forward = torch.compile(c.model.forward)
+    return c
+
+
 def run_family(
-    family: str, s: Shape, precision: str, repeats: int, warmup: int, only: list[str] | None
+    family: str,
+    s: Shape,
+    precision: str,
+    repeats: int,
+    warmup: int,
+    only: list[str] | None,
+    compile_ours: bool = False,
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     x = torch.randint(0, s.vocab, (s.batch, s.seq_len))
     y = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    makers = dict(FAMILIES[family])
+    if compile_ours:
+        for name in OURS:
+            if name in makers:
+                present, make = makers[name]
+                makers[name + COMPILED] = (present, lambda s, make=make: compiled(make(s)))
     steps, params, skipped = {}, {}, []
-    for name, (present, make) in FAMILIES[family].items():
-        if only and name not in (*only, "bare", "formers"):
+    for name, (present, make) in makers.items():
+        if only and name.removesuffix(COMPILED) not in (*only, *OURS):
             continue
         if not present():
             skipped.append(name)
@@ -357,18 +383,23 @@ def run_family(
         candidate.model.train()
         params[name] = sum(p.numel() for p in candidate.model.parameters())
         steps[name] = train_step(candidate, x, y, precision)
-    # warmup ≥ 2 when there is memory: the first step runs without it
-    seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, 2))
+    # warmup >= 2 when there is memory (the first step runs without it), 3 when compiled (the
+    # step with memory compiles a second graph)
+    seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, 3 if compile_ours else 2))
     tokens = s.batch * s.seq_len
     rates = {name: tokens / median(times) for name, times in seconds.items()}
     reference = rates.get("bare") or rates["formers"]
-    peers = [rate for name, rate in rates.items() if name not in ("bare", "formers")]
+    peers = [rate for name, rate in rates.items() if name.removesuffix(COMPILED) not in OURS]
+    fastest = max(peers) if peers else None
     return {
         "family": family,
         "precision": precision,
         "tokens_per_s": rates,
         "ratio_to_reference": {name: rate / reference for name, rate in rates.items()},
-        "formers_vs_fastest_peer": rates["formers"] / max(peers) if peers else None,
+        "formers_vs_fastest_peer": rates["formers"] / fastest if fastest else None,
+        "compiled_formers_vs_fastest_peer": (
+            rates["formers" + COMPILED] / fastest if fastest and compile_ours else None
+        ),
         "params": params,
         "seconds": seconds,
         "skipped": skipped,
@@ -384,6 +415,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{name:16s} {result['params'][name]:12,d} {rate:10,.0f} {ratio:7.2f}")
     if result["formers_vs_fastest_peer"] is not None:
         print(f"formers / fastest peer: {result['formers_vs_fastest_peer']:.2f}")
+    if result["compiled_formers_vs_fastest_peer"] is not None:
+        print(f"formers{COMPILED} / fastest peer: {result['compiled_formers_vs_fastest_peer']:.2f}")
     if result["skipped"]:
         print(f"not installed: {', '.join(result['skipped'])}")
 
@@ -392,6 +425,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--only", nargs="+", help="peers to time (bare and formers always run)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time bare and formers with torch.compile (bare+compile, formers+compile)",
+    )
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     p.add_argument("--n-layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=512)
@@ -426,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for precision in args.precision:
         for family in args.families:
-            result = run_family(family, s, precision, args.repeats, args.warmup, args.only)
+            result = run_family(
+                family, s, precision, args.repeats, args.warmup, args.only, args.compile
+            )
             print_table(result)
             results.append(result)
     if args.json:

@@ -14,7 +14,8 @@ def paper_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
     `lr` is the initial rate; a trainer sets each step's rate from `lr_at` (with the
     paper's schedule, `paper_peak_lr` gives its peak).
     """
-    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+    params = list(params)
+    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9, fused=fusable(params))
 
 
 def adamw(
@@ -29,4 +30,16 @@ def adamw(
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fusable(decay + no_decay))
+
+
+def fusable(params: list[nn.Parameter]) -> bool:
+    """Whether torch's fused (one kernel for all tensors) Adam can update these parameters.
+
+    torch defaults to a loop over the parameters on CPU; the fused kernel gives the same update
+    in one pass per tensor instead of about ten.
+    """
+    return bool(params) and all(
+        p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64)
+        for p in params
+    )

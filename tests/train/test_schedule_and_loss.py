@@ -7,7 +7,7 @@ import torch
 
 from formers.errors import ConfigError
 from formers.train.losses import label_smoothed_cross_entropy
-from formers.train.optim import paper_adam
+from formers.train.optim import adamw, paper_adam
 from formers.train.schedule import lr_at, paper_peak_lr
 
 
@@ -64,3 +64,36 @@ def test_paper_adam_hyperparameters():
     adam = paper_adam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
     group = adam.param_groups[0]
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+
+
+def test_adamw_decays_matrices_only_and_steps_like_the_loop_adamw():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    twin = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    twin.load_state_dict(model.state_dict())
+    opt = adamw(model, lr=1e-2, weight_decay=0.1)
+    decay, no_decay = opt.param_groups
+    assert [p.dim() for p in decay["params"]] == [2] and decay["weight_decay"] == 0.1
+    assert all(p.dim() == 1 for p in no_decay["params"]) and no_decay["weight_decay"] == 0.0
+    assert opt.defaults["fused"] is True  # fp32 on CPU: one kernel per tensor
+    loop = torch.optim.AdamW(
+        [
+            {"params": [twin[0].weight], "weight_decay": 0.1},
+            {"params": [twin[0].bias, *twin[1].parameters()], "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.95),
+    )
+    x = torch.randn(8, 4)
+    for _ in range(3):
+        for net, optimizer in ((model, opt), (twin, loop)):
+            optimizer.zero_grad()
+            net(x).square().mean().backward()
+            optimizer.step()
+    for got, want in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_adamw_falls_back_to_the_loop_for_low_precision_parameters():
+    model = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    assert adamw(model, lr=1e-3).defaults["fused"] is False
