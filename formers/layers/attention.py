@@ -27,19 +27,21 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.layers.cache import KVCache
-from formers.layers.mask import AttentionMask
+from formers.layers.mask import AttentionMask, blocked_bias
 
 NO_MASK = AttentionMask()
 
-# On CPU in bf16/fp16, two batched matmuls and a softmax beat torch's fused (flash) kernel for
-# short keys, and lose for long ones: 2,239 vs 1,947 training tokens/s at 512 keys and 1,560 vs
-# 1,919 at 1,024 (the 6×512 model of benchmarks/peers.py, AVX-512 bf16). In fp32 the fused
-# kernel wins at every length.
-CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS = 512
+# On CPU in bf16/fp16, two batched matmuls and a softmax beat torch's fused (flash) kernel:
+# training tokens/s explicit vs fused 2,319 vs 1,911 at 512 keys, 2,103 vs 1,972 at 1,024, and
+# within 5 % beyond (1,814 vs 1,735 at 1,536; 1,610 vs 1,584 at 2,048) (the 6×512 model of
+# benchmarks/peers.py, AVX-512 bf16). Past 1,024 keys the fused kernel's O(T) memory is worth
+# more than those few percent: the explicit path keeps (T, S) weights per layer for backward.
+# In fp32 the fused kernel wins at every length.
+CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS = 1024
 
 
 def fused_kernel_is_faster(q: Tensor, k: Tensor) -> bool:
-    """Whether the fused kernel beats the explicit path for these queries and keys."""
+    """Whether the fused kernel is the better choice for these keys: faster, or far less memory."""
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
         return True
     return k.shape[-2] > CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS
@@ -150,8 +152,7 @@ class MultiHeadAttention(nn.Module):
         allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
         if allowed is None:
             return torch.softmax(scores, dim=-1)
-        # finfo.min rather than -1e9 or -inf: representable in fp16/bf16, and never NaN.
-        weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min), -1)
+        weights = torch.softmax(scores + blocked_bias(allowed, scores.dtype), dim=-1)
         return zero_rows_without_keys(weights, mask, allowed)
 
     def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:

@@ -59,6 +59,19 @@ def causal_mask(query_len: int, key_len: int, device: torch.device | None = None
     return cols <= rows + offset
 
 
+def blocked_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where `allowed`, half the dtype's minimum elsewhere: a mask to add to attention scores.
+
+    Adding it costs the forward pass what masked_fill costs, and the backward pass nothing (the
+    gradient of a sum passes through, where masked_fill's must be masked again). Half of
+    finfo.min rather than -1e9 or -inf: representable in fp16/bf16, still zero after a softmax
+    beside any real score, and a score added to it stays finite even in fp16 (whose minimum is
+    only −65504), so a query that sees no key never produces a NaN.
+    """
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return bias.masked_fill_(~allowed, torch.finfo(dtype).min / 2)
+
+
 def padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:
     """(B, S) bool, False where `tokens` equals `pad_id`; None when nothing is padding."""
     if pad_id is None:

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from formers.config import AttentionConfig, ModelConfig
 from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
-from formers.layers.mask import AttentionMask
+from formers.layers.mask import AttentionMask, blocked_bias
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
         """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K), masked: (B, H, T, S).
 
-        Masked entries hold finfo.min, so that `weights` is a plain softmax.
+        Masked entries are pushed below finfo.min / 4 (`blocked_bias`), so `weights` is a plain
+        softmax.
         """
         batch, heads, length, _ = q.shape
         key_len = k.shape[-2]
@@ -287,9 +288,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         if allowed is None:
             scores = shifted.contiguous()
         else:
-            # the pass that lays the shifted view out also adds the mask: 0 or finfo.min
-            blocked = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-            blocked.masked_fill_(~allowed, torch.finfo(q.dtype).min)
+            # the pass that lays the shifted view out also adds the mask (`blocked_bias`)
+            blocked = blocked_bias(allowed, q.dtype)  # (B|1, 1, T, S)
             if blocked.shape[0] == 1:
                 blocked = blocked[0]  # (1, T, S)
             else:  # a mask per sequence, repeated for the heads

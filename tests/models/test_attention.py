@@ -133,7 +133,7 @@ def test_low_precision_softmax_accumulates_in_fp32():
 
 @pytest.mark.parametrize(
     "dtype, keys, fused",
-    [(torch.float32, 16, True), (torch.bfloat16, 16, False), (torch.bfloat16, 600, True)],
+    [(torch.float32, 16, True), (torch.bfloat16, 16, False), (torch.bfloat16, 1100, True)],
 )
 def test_cpu_kernel_choice_and_agreement(dtype, keys, fused):
     from formers.layers.attention import fused_kernel_is_faster
@@ -149,3 +149,19 @@ def test_cpu_kernel_choice_and_agreement(dtype, keys, fused):
     x = torch.randn(2, keys, 16, dtype=dtype)
     mask = AttentionMask(causal=True)
     torch.testing.assert_close(mha(x, mask=mask), explicit(x, mask=mask), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_masked_scores_stay_finite_for_large_negative_scores(dtype):
+    # an fp16 score of -1000 plus fp16's finfo.min would overflow to -inf, and a row of -inf is
+    # NaN after the softmax, forward and backward: the bias must leave room for real scores
+    layer = ExplicitAttention(8, 2)
+    key_valid = torch.tensor([[False] * 4, [True, True, False, False]])
+    scores = torch.full((2, 2, 3, 4), -1000.0, dtype=dtype, requires_grad=True)
+    weights = layer.weights(scores, AttentionMask(causal=False, key_valid=key_valid))
+    assert torch.isfinite(weights).all()
+    assert (weights[0] == 0).all()  # no visible key: zeros
+    torch.testing.assert_close(weights[1].float().sum(-1), torch.ones(2, 3))
+    assert (weights[1, ..., 2:] == 0).all()
+    (weights * torch.randn_like(weights)).sum().backward()
+    assert torch.isfinite(scores.grad).all()

@@ -121,7 +121,7 @@ def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp
     scores = attn.scores(q, k, mask)  # (B, H, T, S)
     visible = ~want_scores.isnan()
     torch.testing.assert_close(scores[visible], want_scores[visible], atol=1e-12, rtol=1e-12)
-    assert (scores[~visible] <= torch.finfo(scores.dtype).min / 2).all()  # the mask is in
+    assert (scores[~visible] <= torch.finfo(scores.dtype).min / 4).all()  # the mask is in
     got = attn(x, context=context, mask=mask)
     # the softmax runs in fp32 whatever the input dtype (MultiHeadAttention.weights)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
