@@ -59,9 +59,18 @@ def test_rel_shift_of_position_scores_equals_indexing_r_by_i_minus_j(memory_len)
     torch.testing.assert_close(rel_shift(by_distance) * allowed, gathered, atol=1e-5, rtol=1e-5)
 
 
-def test_rel_shift_gradcheck():
-    x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
+@pytest.mark.parametrize("length, key_len", [(4, 7), (1, 3), (5, 5)])
+def test_rel_shift_gradcheck(length, key_len):
+    x = torch.randn(2, length, key_len + 1, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(rel_shift, (x,))
+    assert torch.autograd.gradgradcheck(rel_shift, (x,))
+    # a non-contiguous incoming gradient (the scores are often transposed downstream)
+    grad = torch.randn(2, key_len, length, dtype=torch.float64).transpose(1, 2)
+    (got,) = torch.autograd.grad(rel_shift(x), x, grad)
+    flat = x.detach().clone().view(2, -1).requires_grad_()
+    window = flat[:, length - 1 : length - 1 + length * key_len].view(2, length, key_len)
+    (want,) = torch.autograd.grad(window, flat, grad)
+    torch.testing.assert_close(got, want.view_as(x))
 
 
 # --- (b) A^rel against the paper's equation ----------------------------------------------------
