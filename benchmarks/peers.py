@@ -30,6 +30,7 @@ import importlib.util
 import json
 import platform
 import sys
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -361,6 +362,7 @@ def run_family(
     warmup: int,
     only: list[str] | None,
     compile_ours: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     x = torch.randint(0, s.vocab, (s.batch, s.seq_len))
@@ -403,6 +405,44 @@ def run_family(
         "params": params,
         "seconds": seconds,
         "skipped": skipped,
+        "profile": profile_step(steps["formers"]) if profile else None,
+    }
+
+
+LINEAR_OPS = ("aten::mm", "aten::addmm")
+ATTENTION_MATMUL_OPS = ("aten::bmm", "aten::baddbmm", "aten::baddbmm_")
+
+
+def profile_step(step: Callable[[], None], steps: int = 3) -> dict[str, float]:
+    """Where one training step's time goes, by torch.profiler: linear layers (2-D matmuls),
+    batched matmuls (attention), and everything else (norms, softmax, activations, casts, loss,
+    optimizer, and the profiler's own overhead). Milliseconds per step; GFLOP/s from the
+    profiler's FLOP counts."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    events = {e.key: e for e in prof.key_averages()}
+
+    def ms_and_flops(ops: tuple[str, ...]) -> tuple[float, float]:
+        found = [events[op] for op in ops if op in events]
+        ms = sum(e.self_cpu_time_total for e in found) / 1e3 / steps
+        return ms, sum(e.flops for e in found) / steps
+
+    linear_ms, linear_flops = ms_and_flops(LINEAR_OPS)
+    attention_ms, attention_flops = ms_and_flops(ATTENTION_MATMUL_OPS)
+    return {
+        "step_ms": wall_ms,
+        "linear_ms": linear_ms,
+        "linear_gflop_per_s": linear_flops / linear_ms / 1e6 if linear_ms else 0.0,
+        "attention_matmul_ms": attention_ms,
+        "attention_matmul_gflop_per_s": (
+            attention_flops / attention_ms / 1e6 if attention_ms else 0.0
+        ),
+        "other_ms": wall_ms - linear_ms - attention_ms,
     }
 
 
@@ -419,6 +459,14 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"formers{COMPILED} / fastest peer: {result['compiled_formers_vs_fastest_peer']:.2f}")
     if result["skipped"]:
         print(f"not installed: {', '.join(result['skipped'])}")
+    if result.get("profile"):
+        p = result["profile"]
+        print(
+            f"formers step under torch.profiler: {p['step_ms']:.0f} ms = linear layers "
+            f"{p['linear_ms']:.0f} ms ({p['linear_gflop_per_s']:.0f} GFLOP/s) + attention "
+            f"matmuls {p['attention_matmul_ms']:.0f} ms ({p['attention_matmul_gflop_per_s']:.0f} "
+            f"GFLOP/s) + the rest {p['other_ms']:.0f} ms"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -429,6 +477,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--compile",
         action="store_true",
         help="also time bare and formers with torch.compile (bare+compile, formers+compile)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="after timing, profile formers' step: linear layers, attention matmuls, the rest",
     )
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     p.add_argument("--n-layers", type=int, default=6)
@@ -465,8 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     for precision in args.precision:
         for family in args.families:
             result = run_family(
-                family, s, precision, args.repeats, args.warmup, args.only, args.compile
-            )
+                family, s, precision, args.repeats, args.warmup, args.only, args.compile,
+                args.profile,
+            )  # fmt: skip
             print_table(result)
             results.append(result)
     if args.json:
