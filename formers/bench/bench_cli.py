@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,8 +114,24 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         seed=args.seed,
     )
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    writable_folder(out)  # a bad --out fails now, not after the measurements
     report = run_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
-    paths = write_report(report, out, plots=not args.no_plots)
     print(format_report(report), end="")
+    try:
+        paths = write_report(report, out, plots=not args.no_plots)
+    except OSError as error:
+        raise FormersError(
+            f"cannot write the report to {out} (the table is above): {error}"
+        ) from None
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def writable_folder(out: Path) -> None:
+    """Create `out` if needed; raise a FormersError if it cannot be created or written to."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise FormersError(f"cannot create the report folder {out}: {error}") from None
+    if not os.access(out, os.W_OK):
+        raise FormersError(f"cannot write to the report folder {out}: permission denied")

@@ -180,10 +180,9 @@ def _words(value: Any) -> str:
     return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def prepare_folder(spec: CompareSpec, out: Path) -> None:
-    """Save the spec in a new folder, or check that an existing folder holds the same one."""
-    path = out / SPEC_FILE
-    if path.exists():
+def check_folder(spec: CompareSpec, out: Path) -> bool:
+    """Whether `out` already holds this comparison; raises if it holds another one."""
+    if (out / SPEC_FILE).exists():
         saved = load_spec(out)
         diffs = spec_differences(saved, spec)
         if diffs:
@@ -192,11 +191,21 @@ def prepare_folder(spec: CompareSpec, out: Path) -> None:
                 f"Continue it with its own command ({saved.command()} --out {out}), "
                 "or pick another --out"
             )
-        return
+        return True
     if (out / RUNS_DIR).exists():
         raise FormersError(f"{out} holds runs but no {SPEC_FILE}: pick another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+    return False
+
+
+def prepare_folder(spec: CompareSpec, out: Path) -> None:
+    """Save the spec in a new folder, or check that an existing folder holds the same one."""
+    if check_folder(spec, out):
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / SPEC_FILE).write_text(json.dumps(spec.to_dict(), indent=2) + "\n")
+    except OSError as error:
+        raise FormersError(f"cannot write the comparison folder {out}: {error}") from None
 
 
 def run_compare(
@@ -227,9 +236,14 @@ def run_compare(
     configs = {(p, s): spec.run_config(p, s, data_dir) for p in spec.presets for s in spec.seeds}
     if plots:
         pyplot()  # a missing matplotlib fails now, not after hours of training
+    check_folder(spec, out)  # a folder of another comparison fails before any work
+    pending = [key for key in configs if not is_complete(run_path(out, *key))]
+    corpus = None
+    if pending:  # loaded once for every run; a wrong corpus fails before a folder is made
+        tc = configs[pending[0]].train
+        corpus = load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
     prepare_folder(spec, out)
     result = CompareResult(out, [], [], interrupted=False)
-    corpus = None
     for index, ((preset, seed), cfg) in enumerate(configs.items(), start=1):
         path = run_path(out, preset, seed)
         label = f"[{index}/{len(configs)}] {preset} seed {seed}"
@@ -239,9 +253,6 @@ def run_compare(
             continue
         resume = latest_checkpoint(path) is not None
         _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
-        if corpus is None:  # once for every run, and not at all when all are finished
-            tc = cfg.train
-            corpus = load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
         trained = train(cfg, path, resume=resume, progress=progress, corpus=corpus)
         result.trained.append(path)
         if trained.interrupted:

@@ -130,9 +130,9 @@ def train(
     tc = cfg.train
     env = distributed.setup(tc.device)
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(tc.seed + env.rank)
     corpus = corpus or load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
+    run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a bad name leaves no folder
     cfg = with_vocab(cfg, corpus.tokenizer.vocab_size)
     model = build(cfg.model).to(env.device)
     optimizer = make_optimizer(model, tc)

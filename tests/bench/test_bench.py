@@ -176,3 +176,13 @@ def test_bench_refuses_cuda_without_cuda(capsys, tmp_path):
     argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path)]
     assert main([*argv, "--device", "cuda"]) == 2
     assert "no CUDA" in capsys.readouterr().err
+
+
+def test_bench_checks_its_report_folder_before_measuring(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the report folder's parent should be
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(blocker / "out")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert "cannot create the report folder" in captured.err
+    assert "timing" not in captured.err  # nothing was measured

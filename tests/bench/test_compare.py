@@ -183,3 +183,10 @@ def test_crossing_interpolates_between_evals():
     assert crossing(points, 2.5) == {"step": 15.0, "seconds": 1.5, "bound": False}
     assert crossing(points, 3.5)["bound"] is True
     assert crossing(points, 1.0) is None
+
+
+def test_unknown_corpus_is_an_error_before_the_folder_is_made(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(compare_args(out, tmp_path / "no-such-corpus", "vanilla")) == 2
+    assert "unknown corpus" in capsys.readouterr().err
+    assert not out.exists()
