@@ -518,9 +518,15 @@ def main(argv: list[str] | None = None) -> int:
     for precision in args.precision:
         for family in args.families:
             result = run_family(
-                family, s, precision, args.repeats, args.warmup, args.only, args.compile,
-                args.profile,
-            )  # fmt: skip
+                family,
+                s,
+                precision,
+                args.repeats,
+                args.warmup,
+                args.only,
+                compile_ours=args.compile,
+                profile=args.profile,
+            )
             print_table(result)
             results.append(result)
     if args.json:

@@ -108,7 +108,7 @@ def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
 
 def test_train_on_an_unknown_corpus_leaves_no_run_folder(tmp_path):
     run = tmp_path / "run"
-    result = formers("train", "--train.corpus", tmp_path / "missing.txt", "--run-dir", run, *TINY,
-                     check=False)  # fmt: skip
+    corpus = tmp_path / "missing.txt"
+    result = formers("train", "--train.corpus", corpus, "--run-dir", run, *TINY, check=False)
     assert result.returncode == 2 and "unknown corpus" in result.stderr
     assert not run.exists()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -88,9 +88,11 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     """Run the benchmark, print its table and write its report folder."""
     import torch
 
-    from formers.bench.measure import BenchSettings, run_bench
+    from formers.bench.hardware import resolve_device
+    from formers.bench.measure import BenchSettings, bench_configs, run_bench
     from formers.bench.plots import pyplot
     from formers.bench.report import format_report, write_report
+    from formers.train.trainer import resolve_precision
 
     if not args.no_plots:
         pyplot()  # fail now, not after the measurements, if matplotlib is missing
@@ -114,7 +116,10 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         seed=args.seed,
     )
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
-    writable_folder(out)  # a bad --out fails now, not after the measurements
+    # settings, device and --out are checked before the folder is made and before measuring
+    bench_configs(settings)
+    resolve_precision(settings.precision, resolve_device(settings.device))
+    writable_folder(out)
     report = run_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
     print(format_report(report), end="")
     try:
@@ -133,5 +138,8 @@ def writable_folder(out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise FormersError(f"cannot create the report folder {out}: {error}") from None
-    if not os.access(out, os.W_OK):
-        raise FormersError(f"cannot write to the report folder {out}: permission denied")
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise FormersError(f"cannot write to the report folder {out}: {error}") from None

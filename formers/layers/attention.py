@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.layers.cache import KVCache
-from formers.layers.mask import AttentionMask, blocked_bias
+from formers.layers.mask import AttentionMask, mask_scores
 
 NO_MASK = AttentionMask()
 
@@ -152,7 +152,7 @@ class MultiHeadAttention(nn.Module):
         allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
         if allowed is None:
             return torch.softmax(scores, dim=-1)
-        weights = torch.softmax(scores + blocked_bias(allowed, scores.dtype), dim=-1)
+        weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
         return zero_rows_without_keys(weights, mask, allowed)
 
     def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:

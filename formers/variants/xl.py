@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from formers.config import AttentionConfig, ModelConfig
 from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
-from formers.layers.mask import AttentionMask, blocked_bias
+from formers.layers.mask import AttentionMask, adds_mask_as_bias, blocked_bias, mask_scores
 
 
 @dataclass(frozen=True)
@@ -273,8 +273,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
         """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K), masked: (B, H, T, S).
 
-        Masked entries are pushed below finfo.min / 4 (`blocked_bias`), so `weights` is a plain
-        softmax.
+        Masked entries are pushed below every visible score (`mask_scores`), so `weights` is a
+        plain softmax.
         """
         batch, heads, length, _ = q.shape
         key_len = k.shape[-2]
@@ -285,7 +285,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         position = ((q + v) * self.scale) @ r.transpose(-2, -1)  # (b) + (d), (B, H, T, S + 1)
         shifted = rel_shift(position.flatten(0, 1))  # aligned to i − j, a view (B·H, T, S)
         allowed = mask.dense(length, key_len, q.device)  # (B|1, 1, T, S) bool
-        if allowed is None:
+        folds_mask = allowed is not None and adds_mask_as_bias(q.dtype)
+        if not folds_mask:
             scores = shifted.contiguous()
         else:
             # the pass that lays the shifted view out also adds the mask (`blocked_bias`)
@@ -298,7 +299,10 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         content_q = ((q + u) * self.scale).flatten(0, 1)  # (B·H, T, K)
         keys = k.flatten(0, 1).transpose(1, 2)  # (B·H, K, S)
         # (a) + (c) added in place by the matmul (C = C + A·B)
-        return scores.baddbmm_(content_q, keys).view(batch, heads, length, key_len)
+        scores = scores.baddbmm_(content_q, keys).view(batch, heads, length, key_len)
+        if allowed is not None and not folds_mask:  # fp16: filled once the sum is known
+            scores = mask_scores(scores, allowed)
+        return scores
 
     def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
         """Softmax over keys: `scores` already carry the mask."""

@@ -165,17 +165,20 @@ def test_peak_memory_counts_live_tensors_once_plus_the_rise():
     ],
 )
 def test_bench_errors_name_the_fix(args, message, capsys, tmp_path):
-    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path), *args]
+    out = tmp_path / "out"
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(out), *args]
     assert main(argv) == 2
     assert message in capsys.readouterr().err
-    assert not (tmp_path / "bench.json").exists()
+    assert not out.exists()  # refused before a report folder was made
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_bench_refuses_cuda_without_cuda(capsys, tmp_path):
-    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path)]
+    out = tmp_path / "out"
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(out)]
     assert main([*argv, "--device", "cuda"]) == 2
     assert "no CUDA" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_bench_checks_its_report_folder_before_measuring(capsys, tmp_path):

@@ -151,17 +151,27 @@ def test_cpu_kernel_choice_and_agreement(dtype, keys, fused):
     torch.testing.assert_close(mha(x, mask=mask), explicit(x, mask=mask), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_masked_scores_stay_finite_for_large_negative_scores(dtype):
-    # an fp16 score of -1000 plus fp16's finfo.min would overflow to -inf, and a row of -inf is
-    # NaN after the softmax, forward and backward: the bias must leave room for real scores
+@pytest.mark.parametrize(
+    ("dtype", "low", "high"),
+    [
+        (torch.float16, -30000.0, 3000.0),
+        (torch.bfloat16, -1e30, 1e30),
+        (torch.float32, -1e30, 1e30),
+    ],
+)
+def test_masking_holds_for_extreme_scores(dtype, low, high):
+    # fp16's range ends at 65504: a bias there could overflow a masked score to -inf (NaN rows)
+    # or leave a high masked score above low visible ones; the mask must hold in every dtype
     layer = ExplicitAttention(8, 2)
     key_valid = torch.tensor([[False] * 4, [True, True, False, False]])
-    scores = torch.full((2, 2, 3, 4), -1000.0, dtype=dtype, requires_grad=True)
+    scores = torch.full((2, 2, 3, 4), high, dtype=dtype)
+    scores[0] = 1.3 * low  # a row with no visible key, every score very low
+    scores[1, ..., :2] = low  # visible keys far below the masked ones
+    scores.requires_grad_()
     weights = layer.weights(scores, AttentionMask(causal=False, key_valid=key_valid))
     assert torch.isfinite(weights).all()
     assert (weights[0] == 0).all()  # no visible key: zeros
+    assert (weights[1, ..., 2:] == 0).all()  # masked keys get nothing, however high
     torch.testing.assert_close(weights[1].float().sum(-1), torch.ones(2, 3))
-    assert (weights[1, ..., 2:] == 0).all()
     (weights * torch.randn_like(weights)).sum().backward()
     assert torch.isfinite(scores.grad).all()

@@ -136,6 +136,24 @@ def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_relative_attention_in_half_precision_matches_float32(dtype):
+    # bf16 adds the mask as a bias; fp16 fills it after the sum (its range is too narrow)
+    torch.manual_seed(5)
+    attn = randomised(RelativeMultiHeadAttention(16, 2)).eval()
+    x, memory = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
+    context = torch.cat([memory, x], dim=1)
+    mask = xl_mask(5, 3, same_length_window=2)
+    want = attn(x, context=context, mask=mask)
+    half = attn.to(dtype)
+    got = half(x.to(dtype), context=context.to(dtype), mask=mask)
+    torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
+    q, k, _ = half.project(x.to(dtype), context.to(dtype))
+    scores = half.scores(q, k, mask)
+    assert torch.isfinite(scores).all()
+    assert (scores[..., ~mask.allowed] < -1e4).all()
+
+
 def test_relative_keys_clamp_distances():
     attn = RelativeMultiHeadAttention(16, 2, clamp_len=3).double()
     r = attn.relative_keys(7, torch.device("cpu"))  # (H, S + 1, K), distances 6 … −1, cap 3
