@@ -10,13 +10,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 peers = pytest.importorskip("peers")
 
 
-def test_peer_benchmark_writes_ratios_against_the_bare_model(tmp_path, capsys):
+def run_tiny(tmp_path, families: str, *flags: str) -> dict:
+    """peers.py at a tiny shape with formers only; the JSON report it wrote."""
     out = tmp_path / "peers.json"
-    args = "--families vanilla transformer-xl --only formers --precision fp32 --repeats 1 "
-    args += "--warmup 1 --n-layers 1 --d-model 32 --n-heads 2 --d-ff 64 --seq-len 16 "
-    args += f"--batch-size 2 --mem-len 16 --threads 1 --json {out}"
-    assert peers.main(args.split()) == 0
-    report = json.loads(out.read_text())
+    args = f"--families {families} --only formers --precision fp32 --repeats 1 --warmup 1 "
+    args += "--n-layers 1 --d-model 32 --n-heads 2 --d-ff 64 --seq-len 16 --batch-size 2 "
+    args += f"--mem-len 16 --threads 1 --json {out}"
+    assert peers.main([*args.split(), *flags]) == 0
+    return json.loads(out.read_text())
+
+
+def test_peer_benchmark_writes_ratios_against_the_bare_model(tmp_path, capsys):
+    report = run_tiny(tmp_path, "vanilla transformer-xl")
     vanilla, xl = report["results"]
     assert set(vanilla["tokens_per_s"]) == {"bare", "formers"}
     assert vanilla["ratio_to_reference"]["bare"] == 1.0
@@ -27,12 +32,7 @@ def test_peer_benchmark_writes_ratios_against_the_bare_model(tmp_path, capsys):
 
 
 def test_profile_splits_formers_step_into_linear_attention_and_the_rest(tmp_path, capsys):
-    out = tmp_path / "peers.json"
-    args = "--families transformer-xl --only formers --precision fp32 --repeats 1 --warmup 1 "
-    args += "--n-layers 1 --d-model 32 --n-heads 2 --d-ff 64 --seq-len 16 --batch-size 2 "
-    args += f"--mem-len 16 --threads 1 --profile --json {out}"
-    assert peers.main(args.split()) == 0
-    profile = json.loads(out.read_text())["results"][0]["profile"]
+    profile = run_tiny(tmp_path, "transformer-xl", "--profile")["results"][0]["profile"]
     assert profile["linear_ms"] > 0 and profile["attention_matmul_ms"] > 0  # XL: bmm, baddbmm_
     assert profile["linear_gflop_per_s"] > 0
     assert profile["linear_ms"] + profile["attention_matmul_ms"] < profile["step_ms"]
