@@ -333,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
     except FormersError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # training and compare save a checkpoint on Ctrl-C themselves and return; what reaches
+        # here (bench, eval, generate, a download) has nothing half-written to keep
+        print("\ninterrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

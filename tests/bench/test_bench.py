@@ -189,3 +189,20 @@ def test_bench_checks_its_report_folder_before_measuring(capsys, tmp_path):
     captured = capsys.readouterr()
     assert "cannot create the report folder" in captured.err
     assert "timing" not in captured.err  # nothing was measured
+
+
+def test_ctrl_c_during_bench_exits_130_without_a_traceback(capsys, tmp_path, monkeypatch):
+    import formers.bench.measure as measure
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure, "run_bench", interrupted)
+    argv = ["bench", "--presets", "vanilla", *TINY, "--no-plots", "--out", str(tmp_path / "o")]
+    try:
+        code = main(argv)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped formers' main as a KeyboardInterrupt")
+    assert code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "Traceback" not in err
