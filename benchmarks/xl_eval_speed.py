@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import torch
 
 import formers
+from formers.bench.hardware import device_name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,18 +104,6 @@ def memory_rate(model, length: int, args, device) -> float:
 
     seconds = median_seconds(predict_segment, args.repeats, args.warmup, device)
     return args.batch_size * tgt_len / seconds
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    try:  # Linux: the CPU model
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:

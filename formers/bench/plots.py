@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from formers.errors import FormersError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float]]]
 
@@ -53,6 +57,12 @@ def line_plot(
     ax.grid(alpha=0.3)
     if len(series) > 1:
         ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Write `fig` as a PNG at `path` (parent folders made) and free it; returns `path`."""
+    plt = pyplot()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

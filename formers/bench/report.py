@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from formers.bench.plots import line_plot, pyplot
+from formers.bench.plots import line_plot, pyplot, save_figure
 
 JSON_NAME, TABLE_NAME = "bench.json", "bench.md"
 
@@ -165,11 +165,7 @@ def bar_plot(
     ax.set(ylabel=ylabel, title=title)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_report(report: Mapping[str, Any], out: Path) -> list[Path]:
