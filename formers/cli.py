@@ -16,39 +16,8 @@ from formers.bench.bench_cli import add_bench_parser
 from formers.bench.compare_cli import add_compare_parser
 from formers.cpu_allocator import keep_freed_memory
 from formers.errors import FormersError
-
-
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    """["--model.d_model", "256", "--train.lr=3e-4"] -> {"model.d_model": "256", ...}."""
-    overrides: dict[str, str] = {}
-    i = 0
-    while i < len(items):
-        item = items[i]
-        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
-            raise FormersError(
-                f"unrecognised argument {item!r}: config overrides look like "
-                "--model.d_model 256 or --train.lr=3e-4"
-            )
-        key, eq, value = item[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(items) or items[i + 1].startswith("--"):
-                raise FormersError(f"--{key} needs a value, e.g. --{key} VALUE")
-            value = items[i + 1]
-            i += 1
-        overrides[key] = value
-        i += 1
-    return overrides
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"d_model": 256}} -> {"model.d_model": 256}; nested configs stay addressable."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
+from formers.overrides import flatten, parse_overrides
+from formers.runtime_flags import add_runtime_flags
 
 
 def read_yaml(path: str) -> dict[str, Any]:
@@ -127,26 +96,26 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.run import corpus_of, load_run
-    from formers.train.evaluate import evaluate
+    from formers.run import corpus_of, load_run, read_run_config
+    from formers.runtime_flags import runtime_changes, runtime_report
+    from formers.train.tasks import task_for
 
-    run = load_run(args.run, args.device)
+    changes = runtime_changes(args, read_run_config(args.run).model)
+    run = load_run(args.run, args.device, runtime=changes)
     corpus = corpus_of(run, args.data_dir)
     if args.split not in corpus.splits:
         raise FormersError(
             f"{corpus.name} has no {args.split!r} split; it has {list(corpus.splits)}"
         )
-    tc = run.config.train
-    lengths = xl_eval_lengths(run, args)
-    result = evaluate(
+    seq_len = args.seq_len or run.config.train.seq_len
+    result = task_for(run.config, data=corpus).evaluate(
         run.model,
-        corpus.splits[args.split],
-        seq_len=args.tgt_len or args.seq_len or tc.seq_len,
+        args.split,
+        max_tokens=args.max_tokens,
+        device=args.device,
+        seq_len=seq_len,
         batch_size=args.batch_size,
         context_len=args.context_len,
-        max_tokens=args.max_tokens,
-        split_bytes=corpus.bytes_per_split.get(args.split),
-        device=args.device,
     )
     report = {
         "run": str(run.run_dir),
@@ -154,44 +123,18 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         "corpus": corpus.name,
         "split": args.split,
         "unit": corpus.unit,
-        **lengths,
+        "seq_len": seq_len,
+        **runtime_report(run.config.model),
         **result.as_dict(),
     }
     print(json.dumps(report, indent=2))
     return 0
 
 
-def xl_eval_lengths(run: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """Apply --mem-len/--clamp-len/--same-length to a Transformer-XL run; report its lengths."""
-    changes = {
-        name: getattr(args, name)
-        for name in ("mem_len", "clamp_len", "same_length")
-        if getattr(args, name) is not None
-    }
-    if not callable(getattr(run.model, "reset_length", None)):
-        if changes or args.tgt_len is not None:
-            kind = run.config.model.attention.kind
-            raise FormersError(
-                "--mem-len, --tgt-len, --clamp-len and --same-length apply to Transformer-XL runs "
-                f"(attention.kind='xl'), and this run has attention.kind={kind!r}: use --seq-len "
-                "and --context-len to set its windows"
-            )
-        return {}
-    run.model.reset_length(**changes)
-    xl = run.model.cfg.attention
-    tgt_len = args.tgt_len or args.seq_len or run.config.train.seq_len
-    return {
-        "tgt_len": tgt_len,
-        "mem_len": xl.mem_len,
-        "clamp_len": xl.max_distance,
-        "same_length": xl.same_length,
-    }
-
-
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.infer import iter_generate
     from formers.run import load_run
-    from formers.train.evaluate import uses_memory
+    from formers.train.evaluate import carries_memory
 
     run = load_run(args.run, args.device)
     prompt = run.tokenizer.encode(args.prompt)
@@ -203,7 +146,7 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     # A model with absolute positions has never seen positions past its training length:
     # beyond it, slide a window of that length instead of extrapolating.
     window = args.max_context
-    if window is None and not uses_memory(run.model):
+    if window is None and not carries_memory(run.model):
         window = run.config.train.seq_len
     for token in iter_generate(
         run.model,
@@ -273,19 +216,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="loss, bits and perplexity of a run over a whole split")
     p.add_argument("run", help="run folder")
     p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
-    p.add_argument("--seq-len", type=int, help="scored tokens per window (default: training's)")
+    p.add_argument(
+        "--seq-len",
+        "--tgt-len",
+        type=int,
+        help="tokens scored per window, or per segment of a model with memory (default: "
+        "training's)",
+    )
     p.add_argument("--context-len", type=int, default=0, help="extra left context per window")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
-    xl = p.add_argument_group("Transformer-XL runs (override the trained lengths)")
-    xl.add_argument("--tgt-len", type=int, help="segment length: tokens scored per step")
-    xl.add_argument("--mem-len", type=int, help="memory length: hidden states kept per layer")
-    xl.add_argument("--clamp-len", type=int, help="cap relative distances (-1: no cap)")
-    xl.add_argument(
-        "--same-length",
-        action=argparse.BooleanOptionalAction,
-        help="every query sees the same number of keys (mem_len + 1)",
-    )
+    add_runtime_flags(p)
     p.add_argument("--data-dir")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_eval)

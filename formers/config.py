@@ -4,6 +4,12 @@ A `ModelConfig` holds the shape of the network plus one small config per pluggab
 (attention pattern, feed-forward). Variants subclass `AttentionConfig` or `FFNConfig` next to
 their module and are listed by `kind` in `formers.registry`, so the model config never grows a
 field per variant.
+
+Per layer and per stack: a kind config's `layers` says which layers of its stack use it (the
+others use its `fallback()`, the vanilla part with the same shared options), and an
+encoder–decoder's encoder may have its own `encoder_attention` / `encoder_ffn`. So "Switch in
+every other layer" is `ffn=SwitchConfig(layers="odd")`, and "Linformer in the encoder only" is
+`encoder_attention=LinformerConfig()`.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from formers.errors import ConfigError
 
 Arch = Literal["decoder", "encoder_decoder", "encoder"]
 ARCHS: tuple[str, ...] = ("decoder", "encoder_decoder", "encoder")
+Stack = Literal["decoder", "encoder"]
 NORMS: tuple[str, ...] = ("post", "pre")
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "squared_relu")
 POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
@@ -24,26 +31,108 @@ POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """Options of the attention pattern; `kind` picks the module (vanilla = Vaswani §3.2.2)."""
+    """Options of the attention pattern; `kind` picks the module (vanilla = Vaswani §3.2.2).
+
+    Args:
+        kind: the attention module, a key of `formers.registry.ATTENTION`.
+        bias: biases on the q/k/v and output projections.
+        layers: which layers of the stack use this kind: "all", "even", "odd", or indices and
+            slices such as "0,2,5" or "-2:" (Python's, negatives from the top); the other
+            layers use `fallback()`.
+    """
 
     kind: str = "vanilla"
     bias: bool = True
+    layers: str = "all"
 
-    def validate(self, model: ModelConfig) -> None:
-        """Raise ConfigError if this attention cannot serve `model`. Variants extend this."""
+    # fields `formers eval` may change on a trained run: they change how the model runs, not
+    # its weights (Transformer-XL's memory length, say)
+    runtime_fields: ClassVar[tuple[str, ...]] = ()
+
+    def validate(self, model: ModelConfig, causal: bool) -> None:
+        """Raise ConfigError if this attention cannot serve `model` in a stack that is (or is not)
+        `causal`. Variants extend this."""
+
+    def fallback(self) -> AttentionConfig:
+        """What the layers that `layers` leaves out use: vanilla attention."""
+        return AttentionConfig(bias=self.bias)
+
+    def memory_tokens(self) -> int:
+        """Past positions this attention carries from one segment to the next (its memory)."""
+        return 0
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the layer keeps a memory between consecutive segments of a text."""
+        return False
 
 
 @dataclass(frozen=True)
 class FFNConfig:
-    """Options of the position-wise feed-forward network (Vaswani §3.3)."""
+    """Options of the position-wise feed-forward network (Vaswani §3.3).
+
+    Args:
+        kind: the feed-forward module, a key of `formers.registry.FFN`.
+        activation: "relu", "gelu" or "squared_relu".
+        bias: biases on the projections.
+        layers: which layers of the stack use this kind (see `AttentionConfig.layers`); the
+            others use `fallback()`.
+    """
 
     kind: str = "dense"
     activation: str = "relu"
     bias: bool = True
+    layers: str = "all"
 
-    def validate(self, model: ModelConfig) -> None:
+    def validate(self, model: ModelConfig, causal: bool) -> None:
         """Raise ConfigError if this feed-forward cannot serve `model`. Variants extend this."""
         _check_choice("ffn.activation", self.activation, ACTIVATIONS)
+
+    def fallback(self) -> FFNConfig:
+        """What the layers that `layers` leaves out use: the dense network, same activation."""
+        return FFNConfig(activation=self.activation, bias=self.bias)
+
+
+def select_layers(spec: str, n_layers: int, name: str = "layers") -> list[int]:
+    """The layer indices in [0, n_layers) that a `layers` selector names, sorted.
+
+    "all", "even", "odd", or a comma-separated list of indices and slices ("0,2", "-2:",
+    "1::2"), with Python's meaning for negative numbers.
+    """
+    text = str(spec).replace(" ", "")
+    chosen: set[int] = set()
+    if text == "all":
+        chosen.update(range(n_layers))
+    elif text in ("even", "odd"):
+        chosen.update(range(0 if text == "even" else 1, n_layers, 2))
+    else:
+        for part in text.split(","):
+            chosen.update(_selected(part, spec, n_layers, name))
+    if not chosen:
+        raise ConfigError(f"{name}={spec!r} selects none of the {n_layers} layers")
+    return sorted(chosen)
+
+
+def _selected(part: str, spec: str, n_layers: int, name: str) -> range | list[int]:
+    """The layers one comma-separated part of a selector names: an index or a slice."""
+    try:
+        bounds = [int(b) if b else None for b in part.split(":")]
+        if len(bounds) > 3 or (len(bounds) == 1 and bounds[0] is None):
+            raise ValueError(part)
+        if len(bounds) > 1:
+            return range(n_layers)[slice(*bounds)]
+    except ValueError:
+        raise ConfigError(
+            f"{name}={spec!r} is not a layer selector: write 'all', 'even', 'odd', or indices "
+            "and slices such as '0,2' or '-2:'"
+        ) from None
+    index = bounds[0]
+    if not -n_layers <= index < n_layers:
+        raise ConfigError(
+            f"{name}={spec!r} names layer {index}, but the stack has {n_layers} layers "
+            f"(0 … {n_layers - 1}, or negative from the top)"
+        )
+    return [index % n_layers]
 
 
 @dataclass(frozen=True)
@@ -71,8 +160,15 @@ class ModelConfig:
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
-        attention: the attention pattern (a subclass of AttentionConfig for variants).
-        ffn: the feed-forward network (a subclass of FFNConfig for variants).
+        attention: the attention pattern (a subclass of AttentionConfig for variants) of every
+            self-attention stack, or of the decoder of an encoder-decoder.
+        ffn: the feed-forward network (a subclass of FFNConfig for variants), likewise.
+        encoder_attention: the encoder's self-attention of an encoder-decoder; None: `attention`.
+        encoder_ffn: the encoder's feed-forward network of an encoder-decoder; None: `ffn`.
+        adaptive_cutoffs: vocabulary cutoffs of an adaptive softmax output layer (Grave et al.
+            2017, `torch.nn.AdaptiveLogSoftmaxWithLoss`), e.g. (20000, 40000, 200000) for
+            WikiText-103; None: a plain softmax. Needs tie_embeddings=False.
+        adaptive_div_value: each adaptive-softmax cluster is this much narrower than the last.
     """
 
     arch: Arch = "decoder"
@@ -95,8 +191,13 @@ class ModelConfig:
     pad_id: int | None = None
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     ffn: FFNConfig = field(default_factory=FFNConfig)
+    encoder_attention: AttentionConfig | None = None
+    encoder_ffn: FFNConfig | None = None
+    adaptive_cutoffs: tuple[int, ...] | None = None
+    adaptive_div_value: float = 4.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))
         _check_choice("arch", self.arch, ARCHS)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
             _check_positive(name, getattr(self, name))
@@ -126,8 +227,100 @@ class ModelConfig:
                 f"tgt_vocab_size is only used by arch='encoder_decoder', not arch={self.arch!r}: "
                 "leave it None"
             )
-        self.attention.validate(self)
-        self.ffn.validate(self)
+        for name in ("encoder_attention", "encoder_ffn"):
+            if getattr(self, name) is not None and self.arch != "encoder_decoder":
+                raise ConfigError(
+                    f"{name} configures the encoder of arch='encoder_decoder', not of "
+                    f"arch={self.arch!r}: set attention / ffn instead"
+                )
+        for stack in self.stacks:
+            for index in range(self.stack_layers(stack)):
+                self.attention_at(stack, index).validate(self, self.stack_causal(stack))
+                self.ffn_at(stack, index).validate(self, self.stack_causal(stack))
+        if self.adaptive_cutoffs is not None:
+            self._validate_adaptive()
+
+    def _validate_adaptive(self) -> None:
+        cutoffs = self.adaptive_cutoffs
+        if list(cutoffs) != sorted(set(cutoffs)) or cutoffs[0] < 1:
+            raise ConfigError(
+                f"adaptive_cutoffs={list(cutoffs)} must be strictly increasing positive token ids"
+            )
+        if cutoffs[-1] >= self.target_vocab_size:
+            raise ConfigError(
+                f"adaptive_cutoffs={list(cutoffs)} must all be below "
+                f"vocab_size={self.target_vocab_size}: drop the cutoffs at or above it"
+            )
+        if self.tie_embeddings:
+            raise ConfigError(
+                "adaptive_cutoffs: an adaptive softmax has its own output projections and cannot "
+                "share the input embedding: set tie_embeddings=False"
+            )
+        if self.adaptive_div_value <= 0:
+            raise ConfigError(f"adaptive_div_value={self.adaptive_div_value} must be positive")
+
+    @property
+    def stacks(self) -> tuple[Stack, ...]:
+        """The model's stacks of layers: ("decoder",), ("encoder",) or both."""
+        if self.arch == "encoder_decoder":
+            return ("encoder", "decoder")
+        return ("encoder",) if self.arch == "encoder" else ("decoder",)
+
+    def stack_layers(self, stack: Stack) -> int:
+        """How many layers `stack` has."""
+        if stack == "encoder" and self.arch == "encoder_decoder":
+            return self.n_encoder_layers or self.n_layers
+        return self.n_layers
+
+    def stack_causal(self, stack: Stack) -> bool:
+        """Whether `stack`'s self-attention is masked to the past."""
+        return stack == "decoder"
+
+    def stack_attention(self, stack: Stack) -> AttentionConfig:
+        """The attention config `stack` is built from (before `layers` picks per layer)."""
+        if stack == "encoder" and self.encoder_attention is not None:
+            return self.encoder_attention
+        return self.attention
+
+    def stack_ffn(self, stack: Stack) -> FFNConfig:
+        """The feed-forward config `stack` is built from (before `layers` picks per layer)."""
+        if stack == "encoder" and self.encoder_ffn is not None:
+            return self.encoder_ffn
+        return self.ffn
+
+    def attention_at(self, stack: Stack, index: int) -> AttentionConfig:
+        """The attention config of layer `index` of `stack`."""
+        options = self.stack_attention(stack)
+        return options if self._selects(options, stack, index) else options.fallback()
+
+    def ffn_at(self, stack: Stack, index: int) -> FFNConfig:
+        """The feed-forward config of layer `index` of `stack`."""
+        options = self.stack_ffn(stack)
+        return options if self._selects(options, stack, index) else options.fallback()
+
+    def _selects(self, options: AttentionConfig | FFNConfig, stack: Stack, index: int) -> bool:
+        axis = "attention" if isinstance(options, AttentionConfig) else "ffn"
+        prefix = "encoder_" if stack == "encoder" and self.arch == "encoder_decoder" else ""
+        name = f"{prefix}{axis}.layers"
+        return index in select_layers(options.layers, self.stack_layers(stack), name)
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether some layer carries a memory from one segment of a text to the next."""
+        return any(
+            self.attention_at(stack, i).recurrent
+            for stack in self.stacks
+            for i in range(self.stack_layers(stack))
+        )
+
+    @property
+    def memory_tokens(self) -> int:
+        """The most past positions any layer carries between segments (0: no memory)."""
+        return max(
+            self.attention_at(stack, i).memory_tokens()
+            for stack in self.stacks
+            for i in range(self.stack_layers(stack))
+        )
 
     @property
     def d_head(self) -> int:
@@ -147,6 +340,22 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict that `config_from_dict` turns back into this config."""
         return dataclasses.asdict(self)
+
+
+def _as_cutoffs(value: Any) -> tuple[int, ...] | None:
+    """Cutoffs from a tuple, a list or a command-line string "2000,10000"; None stays None."""
+    if isinstance(value, str):
+        value = [part for part in value.replace(" ", "").split(",") if part]
+    if value is None:
+        return None
+    try:
+        cutoffs = tuple(int(c) for c in value)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"adaptive_cutoffs={value!r} must be a list of increasing token ids, e.g. "
+            "[2000, 10000]"
+        ) from None
+    return cutoffs or None
 
 
 def _check_positive(name: str, value: Any) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from formers.config import did_you_mean
-from formers.errors import ConfigError
+from formers.errors import ConfigError, FormersError
 
 C = TypeVar("C")
 KindLookup = Callable[[str, str], type]  # (field name, kind) -> config class
@@ -48,8 +48,17 @@ def apply_overrides(
                 f"valid keys{' under ' + prefix[:-1] if prefix else ''}: {', '.join(names)}"
             )
         current = getattr(cfg, head)
+        optional = _optional_dataclass(hints[head])
+        if current is None and optional is not None:
+            if _means_none(values):
+                changes[head] = None
+                continue
+            current = optional()  # an optional nested config starts from its defaults
         if dataclasses.is_dataclass(current):
-            changes[head] = _override_nested(current, values, path, kind_class)
+            if optional is not None and _means_none(values):
+                changes[head] = None
+            else:
+                changes[head] = _override_nested(current, values, path, kind_class)
         elif "" in values and len(values) == 1:
             changes[head] = coerce(values[""], hints[head], path)
         else:
@@ -60,6 +69,23 @@ def apply_overrides(
         raise
     except (TypeError, ValueError) as error:
         raise ConfigError(f"invalid config: {error}") from error
+
+
+def _optional_dataclass(hint: Any) -> type | None:
+    """The dataclass X of an `X | None` field, else None."""
+    if typing.get_origin(hint) not in (typing.Union, types.UnionType):
+        return None
+    options = typing.get_args(hint)
+    classes = [o for o in options if dataclasses.is_dataclass(o)]
+    return classes[0] if type(None) in options and len(classes) == 1 else None
+
+
+def _means_none(values: dict[str, Any]) -> bool:
+    """Whether the overrides of a field set it to None (None, "none" or "null")."""
+    if set(values) != {""}:
+        return False
+    value = values[""]
+    return value is None or (isinstance(value, str) and value.lower() in ("none", "null"))
 
 
 def _override_nested(current: Any, values: dict[str, Any], path: str, kind_class: Any) -> Any:
@@ -136,3 +162,36 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
     else:
         return value
     raise ConfigError(f"{name}={value!r} must be of type {getattr(hint, '__name__', hint)}")
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """["--model.d_model", "256", "--train.lr=3e-4"] -> {"model.d_model": "256", ...}."""
+    overrides: dict[str, str] = {}
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if not item.startswith("--") or "." not in item.split("=", 1)[0]:
+            raise FormersError(
+                f"unrecognised argument {item!r}: config overrides look like "
+                "--model.d_model 256 or --train.lr=3e-4"
+            )
+        key, eq, value = item[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(items) or items[i + 1].startswith("--"):
+                raise FormersError(f"--{key} needs a value, e.g. --{key} VALUE")
+            value = items[i + 1]
+            i += 1
+        overrides[key] = value
+        i += 1
+    return overrides
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"d_model": 256}} -> {"model.d_model": 256}; nested configs stay addressable."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

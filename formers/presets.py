@@ -11,12 +11,15 @@ from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.primer_ez import MDHAConfig
-from formers.variants.xl import XLConfig
-from formers.variants.xl_primer import PrimerXLConfig
+from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
+from formers.variants.xl_primer import primer_xl
 
 
 def vanilla() -> ModelConfig:
-    """Decoder-only causal LM made of the paper's base blocks (Vaswani et al. 2017, Table 3)."""
+    """Decoder-only causal LM made of the paper's base blocks (Vaswani et al. 2017, Table 3).
+
+    These are `ModelConfig()`'s defaults, so a variant's presets can start from either.
+    """
     return ModelConfig(
         arch="decoder", d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, norm="post"
     )
@@ -43,38 +46,6 @@ def dconv() -> ModelConfig:
 def primer_ez() -> ModelConfig:
     """Primer EZ (So et al. 2021, arXiv 2109.08668): vanilla + squared ReLU + MDHA."""
     return override(vanilla(), {"ffn.activation": "squared_relu", "attention": MDHAConfig()})
-
-
-def transformer_xl() -> ModelConfig:
-    """Transformer-XL (Dai et al. 2019): vanilla + relative attention + segment memory.
-
-    Post-LN as the reference code's default (`norm="pre"` for its pre_lnorm option); no
-    absolute positions, they live in the attention; memory of 128 states per layer.
-    """
-    return dataclasses.replace(vanilla(), attention=XLConfig(mem_len=128), position="none")
-
-
-def transformer_xl_enwik8() -> ModelConfig:
-    """Transformer-XL's 12-layer enwik8 model (Dai et al. 2019, §4.1): 41M parameters, bytes.
-
-    d_model=512, 8 heads, d_ff=2048, dropout 0.1, memory 512: train with seq_len 512, evaluate
-    as the reference scripts do with --tgt-len 80 --mem-len 2100 --clamp-len 820 --same-length.
-    A GPU model.
-    """
-    return dataclasses.replace(
-        transformer_xl(), n_layers=12, vocab_size=256, attention=XLConfig(mem_len=512)
-    )
-
-
-def primer_xl() -> ModelConfig:
-    """Primer EZ inside Transformer-XL: squared ReLU, DConv and relative attention, memory.
-
-    The convolutions read the previous segment's tail instead of zero padding.
-    """
-    return override(
-        transformer_xl(),
-        {"ffn.activation": "squared_relu", "attention": PrimerXLConfig(mem_len=128)},
-    )
 
 
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
@@ -117,5 +88,18 @@ def override(cfg: ModelConfig, overrides: Mapping[str, Any]) -> ModelConfig:
 
 
 def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
-    """Rebuild a config saved with `ModelConfig.to_dict()`."""
-    return override(ModelConfig(), data)
+    """Rebuild a config saved with `ModelConfig.to_dict()` (also by an earlier version)."""
+    return override(ModelConfig(), _moved_fields(data))
+
+
+def _moved_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Saved configs from before the adaptive softmax became a model option (it was XL's)."""
+    data = dict(data)
+    attention = data.get("attention")
+    if isinstance(attention, Mapping):
+        attention = dict(attention)
+        for name in ("adaptive_cutoffs", "adaptive_div_value"):
+            if name in attention:
+                data.setdefault(name, attention.pop(name))
+        data["attention"] = attention
+    return data

@@ -1,19 +1,24 @@
-"""The pluggable parts, by config `kind`: plain dicts, filled in one place.
+"""The pluggable parts, by config `kind`: plain dicts, filled in one place, and the one function
+that builds a stack of layers from them.
 
-A variant adds its module here; its config class is the module's `config_class`.
+A variant adds its module here; its config class is the module's `config_class`. An attention
+kind whose layers need a block of their own (Transformer-XL's memory) lists it in BLOCK.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from torch import nn
 
-from formers.config import AttentionConfig, FFNConfig, ModelConfig
+from formers.config import AttentionConfig, FFNConfig, ModelConfig, Stack
 from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention
+from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
-from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention
-from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
-from formers.variants.xl_primer import PrimerXLAttention, PrimerXLConfig
+from formers.variants.primer_ez import MultiDConvHeadAttention
+from formers.variants.xl import RelativeMultiHeadAttention, XLBlock
+from formers.variants.xl_primer import PrimerXLAttention
 
 ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "vanilla": MultiHeadAttention,
@@ -21,15 +26,13 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "xl": RelativeMultiHeadAttention,
     "primer_xl": PrimerXLAttention,
 }
-ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {
-    "vanilla": AttentionConfig,
-    "mdha": MDHAConfig,
-    "xl": XLConfig,
-    "primer_xl": PrimerXLConfig,
-}
-
+BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward}
-FFN_CONFIG: dict[str, type[FFNConfig]] = {"dense": FFNConfig}
+
+ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {
+    kind: module.config_class for kind, module in ATTENTION.items()
+}
+FFN_CONFIG: dict[str, type[FFNConfig]] = {kind: module.config_class for kind, module in FFN.items()}
 
 
 def _lookup(table: dict, kind: str, what: str) -> type:
@@ -48,11 +51,39 @@ def ffn_config_class(kind: str) -> type[FFNConfig]:
     return _lookup(FFN_CONFIG, kind, "ffn.kind")
 
 
-def build_attention(cfg: ModelConfig) -> MultiHeadAttention:
-    """The attention module named by `cfg.attention.kind`."""
-    return _lookup(ATTENTION, cfg.attention.kind, "attention.kind").from_config(cfg)
+def build_attention(cfg: ModelConfig, options: AttentionConfig) -> MultiHeadAttention:
+    """The attention module of `options.kind`, for a model `cfg`."""
+    return _lookup(ATTENTION, options.kind, "attention.kind").from_config(cfg, options)
 
 
-def build_ffn(cfg: ModelConfig) -> nn.Module:
-    """The feed-forward module named by `cfg.ffn.kind`."""
-    return _lookup(FFN, cfg.ffn.kind, "ffn.kind").from_config(cfg)
+def build_ffn(cfg: ModelConfig, options: FFNConfig) -> nn.Module:
+    """The feed-forward module of `options.kind`, for a model `cfg`."""
+    return _lookup(FFN, options.kind, "ffn.kind").from_config(cfg, options)
+
+
+def build_stack(cfg: ModelConfig, stack: Stack, cross_attention: bool = False) -> nn.ModuleList:
+    """The layers of `stack` ("decoder" or "encoder"), each built from its own configs.
+
+    Args:
+        cfg: the model config; `cfg.attention_at(stack, i)` and `cfg.ffn_at(stack, i)` say
+            what layer i is made of.
+        stack: which stack.
+        cross_attention: decoder layers of an encoder-decoder, with attention over the encoder.
+    """
+    layers: list[nn.Module] = []
+    by_kind: dict[str, list[MultiHeadAttention]] = defaultdict(list)
+    first_options: dict[str, AttentionConfig] = {}
+    for index in range(cfg.stack_layers(stack)):
+        options = cfg.attention_at(stack, index)
+        attn = build_attention(cfg, options)
+        ffn = build_ffn(cfg, cfg.ffn_at(stack, index))
+        if cross_attention:
+            cross = MultiHeadAttention.from_config(cfg, AttentionConfig(bias=cfg.attention.bias))
+            layers.append(DecoderBlock(cfg, attn, cross, ffn))
+        else:
+            layers.append(BLOCK.get(options.kind, Block)(cfg, attn, ffn))
+        by_kind[options.kind].append(attn)
+        first_options.setdefault(options.kind, options)
+    for kind, modules in by_kind.items():
+        ATTENTION[kind].tie_layers(modules, first_options[kind])
+    return nn.ModuleList(layers)

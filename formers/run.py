@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -13,8 +15,8 @@ from formers.data.corpora import Corpus, load_corpus
 from formers.data.errors import DataError
 from formers.data.tokenizers import Tokenizer, tokenizer_from_dict
 from formers.errors import FormersError
-from formers.models import build
-from formers.train.checkpoint import latest_checkpoint, load_checkpoint
+from formers.models import build, runtime_config
+from formers.train.checkpoint import latest_checkpoint, load_checkpoint, load_config
 from formers.train.config import RunConfig, run_config_from_dict
 
 
@@ -29,9 +31,7 @@ class LoadedRun:
     step: int
 
 
-def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
-    """Load the latest checkpoint of a `formers train` run folder, in eval mode."""
-    run_dir = Path(run_dir)
+def _checkpoint_of(run_dir: Path) -> Path:
     if not run_dir.is_dir():
         raise FormersError(f"no run folder at {run_dir}: give the --run-dir of a `formers train`")
     checkpoint = latest_checkpoint(run_dir)
@@ -39,13 +39,37 @@ def load_run(run_dir: str | Path, device: str | torch.device = "cpu") -> LoadedR
         raise FormersError(
             f"{run_dir} holds no checkpoint yet: train it first (formers train --run-dir {run_dir})"
         )
+    return checkpoint
+
+
+def read_run_config(run_dir: str | Path) -> RunConfig:
+    """The config a run's latest checkpoint was trained with."""
+    return run_config_from_dict(load_config(_checkpoint_of(Path(run_dir))))
+
+
+def load_run(
+    run_dir: str | Path,
+    device: str | torch.device = "cpu",
+    runtime: dict[str, Any] | None = None,
+) -> LoadedRun:
+    """Load the latest checkpoint of a `formers train` run folder, in eval mode.
+
+    Args:
+        run_dir: the run folder.
+        device: where to put the model.
+        runtime: runtime options to change, e.g. {"attention.clamp_len": 820} (only fields the
+            attention lists in `runtime_fields`: they do not change the weights).
+    """
+    run_dir = Path(run_dir)
+    checkpoint = _checkpoint_of(run_dir)
     tokenizer_file = run_dir / "tokenizer.json"
     if not tokenizer_file.exists():
         raise FormersError(f"{tokenizer_file} is missing: the run folder is incomplete")
-    loaded = load_checkpoint(checkpoint, restore_rng=False)
-    cfg = run_config_from_dict(loaded.config)
+    cfg = run_config_from_dict(load_config(checkpoint))
+    if runtime:
+        cfg = dataclasses.replace(cfg, model=runtime_config(cfg.model, runtime))
     model = build(cfg.model)
-    load_checkpoint(checkpoint, model=model, restore_rng=False, map_location=device)
+    loaded = load_checkpoint(checkpoint, model=model, restore_rng=False, map_location=device)
     tokenizer = tokenizer_from_dict(json.loads(tokenizer_file.read_text()))
     return LoadedRun(run_dir, cfg, model.to(device).eval(), tokenizer, loaded.state.step)
 

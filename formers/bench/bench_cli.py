@@ -63,7 +63,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
 
 def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The size flags, no dropout, then --model.KEY VALUE overrides on top."""
-    from formers.cli import parse_overrides
+    from formers.overrides import parse_overrides
 
     overrides: dict[str, Any] = {
         "n_layers": args.n_layers,
@@ -89,9 +89,10 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     import torch
 
     from formers.bench.hardware import resolve_device
-    from formers.bench.measure import BenchSettings, bench_configs, run_bench
+    from formers.bench.measure import bench_configs, run_bench
     from formers.bench.plots import pyplot
     from formers.bench.report import format_report, write_report
+    from formers.bench.settings import BenchSettings
     from formers.train.trainer import resolve_precision
 
     if not args.no_plots:

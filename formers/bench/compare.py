@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from formers.bench.plots import pyplot
 from formers.bench.run_metrics import is_complete
-from formers.cli import flatten
 from formers.config import did_you_mean
 from formers.errors import ConfigError, FormersError
+from formers.overrides import flatten
 from formers.presets import PRESETS
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig, run_config
@@ -253,7 +253,7 @@ def run_compare(
             continue
         resume = latest_checkpoint(path) is not None
         _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
-        trained = train(cfg, path, resume=resume, progress=progress, corpus=corpus)
+        trained = train(cfg, path, resume=resume, progress=progress, data=corpus)
         result.trained.append(path)
         if trained.interrupted:
             result.interrupted = True

@@ -42,7 +42,7 @@ def default_out(presets: list[str], corpus: str) -> Path:
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.bench.compare import CompareSpec, run_compare
-    from formers.cli import parse_overrides
+    from formers.overrides import parse_overrides
 
     try:
         overrides = parse_overrides(extra)

@@ -8,16 +8,18 @@ N counts the parameters each token multiplies: every weight except the input loo
 vocab, which is a matmul per token even when it shares the embedding's weights. Kaplan's Table 1
 leaves out the de-embedding; we keep it, as a small-vocabulary model spends a real share there.
 
-The attention term counts the two products a query has with every key it sees, q·kᵀ and the
+The attention term counts the products a query has with every key it sees, q·kᵀ and the
 weighted sum of values, 2 FLOPs per multiply-add each: 4·n_layers·keys·d_model forward, the
 count of Chowdhery et al. 2022 (arXiv:2204.02311, App. B: 6N + 12·L·H·Q·T in training). No
 causal halving: the masked half is counted as if computed, as PaLM counts it. Kaplan's
-2·n_layers·n_ctx·d_attn equals this count halved for the causal mask.
+2·n_layers·n_ctx·d_attn equals this count halved for the causal mask. Each attention module
+reports its own count (`MultiHeadAttention.score_flops_per_token`): a variant that scores a
+query against more keys (a memory), fewer (a window) or with more products (relative
+positions) says so there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -25,50 +27,57 @@ from torch import nn
 
 from formers.config import ModelConfig
 from formers.models import build
-from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
 
-# A variant whose attention does less work than every query against every key declares here
-# how many keys a query is scored against, e.g. "longformer": lambda cfg, t: min(t, 2w + 1).
-KEYS_PER_QUERY: dict[str, Callable[[ModelConfig, int], int]] = {}
+
+def _meta_model(cfg: ModelConfig) -> nn.Module:
+    """The model of `cfg` on the meta device: shapes and settings, no memory, no init work."""
+    with torch.device("meta"):
+        return build(cfg)
+
+
+def _attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The modules that score queries against keys (each says what that costs)."""
+    return [m for m in model.modules() if callable(getattr(m, "score_flops_per_token", None))]
 
 
 def keys_per_query(cfg: ModelConfig, seq_len: int) -> int:
-    """Keys each query is scored against: the segment plus any memory (Transformer-XL)."""
-    rule = KEYS_PER_QUERY.get(cfg.attention.kind)
-    if rule is not None:
-        return rule(cfg, seq_len)
-    return seq_len + getattr(cfg.attention, "mem_len", 0)
-
-
-def score_products(cfg: ModelConfig) -> int:
-    """Products per query–key pair: q·kᵀ and the value sum; relative attention adds a second
-    score against the key's distance (Dai et al. 2019, Eq. 4 terms (b)+(d))."""
-    return 3 if isinstance(cfg.attention, XLConfig) else 2
+    """Keys a query is scored against (the most of any layer): the segment, plus any memory,
+    or fewer for attention that sees only some keys."""
+    layers = _attention_layers(_meta_model(cfg))
+    return max((m.keys_per_query(seq_len) for m in layers), default=0)
 
 
 def attention_flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
-    """Forward FLOPs per token of the attention scores and weighted sums, all layers."""
-    return 2.0 * score_products(cfg) * cfg.n_layers * keys_per_query(cfg, seq_len) * cfg.d_model
+    """Forward FLOPs per token of the attention scores and weighted sums, all layers; each
+    attention module reports its own (`score_flops_per_token`)."""
+    layers = _attention_layers(_meta_model(cfg))
+    return sum(m.score_flops_per_token(seq_len) for m in layers)
 
 
 def matmul_params(cfg: ModelConfig) -> int:
     """N: the parameters a token multiplies once each in the forward pass (see module doc).
 
-    The model is built on the meta device, so counting allocates nothing.
+    Skipped: lookup tables, and parameters a module multiplies once per sequence rather than
+    per token (`per_segment_parameters`, e.g. Transformer-XL's W_{k,R}, which projects the S
+    relative sinusoids once per segment, shared by the whole batch: 2·S·d² a segment). A module
+    that routes each token through part of its weights (a mixture of experts) says how many a
+    token multiplies (`matmul_params_per_token`), and that count replaces its parameters.
     """
-    with torch.device("meta"):
-        model = build(cfg)
+    model = _meta_model(cfg)
     lookups = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    # Transformer-XL's W_{k,R} projects the S relative sinusoids once per segment, shared by the
-    # whole batch: a per-segment cost of 2·S·d², not a per-token one.
-    per_segment = {
-        id(p)
-        for m in model.modules()
-        if isinstance(m, RelativeMultiHeadAttention)
-        for p in m.r_proj.parameters()
-    }
-    skip = lookups | per_segment
-    n = sum(p.numel() for p in model.parameters() if id(p) not in skip)
+    skip = set(lookups)
+    n = 0
+    for module in model.modules():
+        skip.update(id(p) for p in getattr(module, "per_segment_parameters", list)())
+        per_token = getattr(module, "matmul_params_per_token", None)
+        if callable(per_token) and not any(id(p) in skip for p in module.parameters()):
+            n += per_token()
+            skip.update(id(p) for p in module.parameters())
+    seen: set[int] = set()
+    for p in model.parameters():
+        if id(p) not in skip and id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
     head = getattr(model, "lm_head", None)
     if isinstance(head, nn.Linear) and id(head.weight) in lookups:
         n += head.weight.numel()  # tied: the lookup table is also the output matmul

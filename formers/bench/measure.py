@@ -10,14 +10,14 @@ run hold. The optional length sweep is formers.bench.sweep.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from formers.bench import flops, hardware
 from formers.bench.memory import METHOD, peak_bytes
+from formers.bench.settings import BenchSettings
 from formers.bench.sweep import run_sweep
 from formers.bench.timing import interleaved
 from formers.bench.workloads import GenerateStep, InferStep, TrainStep, rate
@@ -27,54 +27,7 @@ from formers.models import build
 from formers.presets import PRESETS, config
 from formers.train.trainer import resolve_precision
 
-MATCHED_SIZE: dict[str, Any] = {
-    "n_layers": 6,
-    "d_model": 512,
-    "n_heads": 8,
-    "d_ff": 2048,
-    "vocab_size": 256,
-    "dropout": 0.0,
-}
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """What to benchmark and how.
-
-    Args:
-        presets: preset names; empty: every language-model preset (`default_presets()`).
-        overrides: model config overrides applied to every preset (size, dotted keys).
-        seq_len: tokens per sequence T.
-        batch_size: sequences per batch B (training, inference and generation).
-        gen_tokens: tokens decoded per row by cached generation after a prompt of
-            seq_len − gen_tokens tokens (0: no generation benchmark; None: min(64, seq_len / 2)).
-        precision: "auto", "fp32" or "bf16" (autocast, as the trainer runs it).
-        device: "auto", "cpu" or "cuda".
-        repeats: timed calls per workload and preset.
-        warmup: untimed calls first.
-        sweep: sequence lengths of the length sweep (empty: none).
-        matmul_size: n of the n×n matmuls that measure the machine's rate (None: by device).
-        seed: seeds weights and data.
-    """
-
-    presets: tuple[str, ...] = ()
-    overrides: Mapping[str, Any] = field(default_factory=lambda: dict(MATCHED_SIZE))
-    seq_len: int = 512
-    batch_size: int = 4
-    gen_tokens: int | None = None
-    precision: str = "auto"
-    device: str = "auto"
-    repeats: int = 5
-    warmup: int = 1
-    sweep: tuple[int, ...] = ()
-    matmul_size: int | None = None
-    seed: int = 0
-
-    @property
-    def new_tokens(self) -> int:
-        """Tokens each row decodes in the generation benchmark."""
-        return min(64, self.seq_len // 2) if self.gen_tokens is None else self.gen_tokens
 
 
 def default_presets() -> list[str]:

@@ -10,19 +10,17 @@ layers stays the same, and what changes with length is the attention's.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
 
 from formers.bench import flops
 from formers.bench.memory import peak_bytes
+from formers.bench.settings import BenchSettings
 from formers.bench.timing import interleaved
 from formers.bench.workloads import InferStep, TrainStep, rate
 from formers.config import ModelConfig
-
-if TYPE_CHECKING:
-    from formers.bench.measure import BenchSettings
 
 BATCH_RULE = (
     "batch = max(1, tokens_per_batch // seq_len): the same tokens per batch at every length"

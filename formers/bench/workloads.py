@@ -4,10 +4,10 @@
                  optimizer step, zero_grad: the trainer's step (formers/train/trainer.py).
   InferStep      a no-grad forward of a whole batch, as evaluation runs it.
   GenerateStep   greedy cached decoding: prefill a prompt, then decode token by token with the
-                 key/value cache (or Transformer-XL's memory); only the decoding is timed.
+                 model's decoding state (`new_cache()`); only the decoding is timed.
 
-A model with segment memory starts from a full memory (mem_len states per layer), its steady
-state in training and evaluation, and carries its memory on from call to call.
+A model with segment memory starts from a full memory (`cfg.memory_tokens` states per layer),
+its steady state in training and evaluation, and carries its memory on from call to call.
 
 Shapes: B batch, T sequence length, V vocabulary.
 """
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from formers.bench.timing import median, synchronize
 from formers.infer import iter_generate
 from formers.train.config import TrainConfig
-from formers.train.evaluate import uses_memory
+from formers.train.evaluate import carries_memory
 from formers.train.trainer import autocast_for, make_optimizer
 
 
@@ -45,7 +45,7 @@ def rate(seconds: list[float], tokens: int) -> dict[str, Any]:
 
 
 class _Workload:
-    """A model, a batch of (inputs, targets), a precision and, for XL, the carried memory."""
+    """A model, a batch of (inputs, targets), a precision and any memory the model carries."""
 
     def __init__(
         self, model: nn.Module, batch: int, seq_len: int, precision: str, device: torch.device
@@ -53,7 +53,7 @@ class _Workload:
         self.model, self.precision, self.device = model, precision, device
         tokens = random_tokens(model.cfg.vocab_size, batch, seq_len + 1, device)  # (B, T+1)
         self.inputs, self.targets = tokens[:, :-1], tokens[:, 1:]
-        self.recurrent = uses_memory(model)
+        self.recurrent = carries_memory(model)
         self.memory: list[Tensor] | None = None
         if self.recurrent:
             self.fill_memory()
@@ -65,21 +65,17 @@ class _Workload:
 
     @torch.no_grad()
     def fill_memory(self) -> None:
-        """Run segments until every layer's memory holds mem_len states."""
+        """Run segments until every layer's memory is full."""
         self.model.eval()
-        mem_len = self.model.cfg.attention.mem_len
-        for _ in range(math.ceil(mem_len / self.inputs.shape[1])):
+        for _ in range(math.ceil(self.model.cfg.memory_tokens / self.inputs.shape[1])):
             with autocast_for(self.precision, self.device):
                 self.memory = self.model(self.inputs, memory=self.memory).memory
 
-    def memory_kwargs(self) -> dict[str, list[Tensor] | None]:
-        """`memory=` for a recurrent model, nothing for the others (they refuse it)."""
-        return {"memory": self.memory} if self.recurrent else {}
 
     def live_tensors(self) -> list[Tensor]:
         """Tensors held between calls: weights, buffers, inputs and memory."""
         live = [*self.model.parameters(), *self.model.buffers(), self.inputs]
-        return live + list(self.memory or [])
+        return live + [m for m in self.memory or [] if isinstance(m, Tensor)]
 
 
 class TrainStep(_Workload):
@@ -112,7 +108,7 @@ class TrainStep(_Workload):
     def __call__(self) -> None:
         self.model.train()
         with autocast_for(self.precision, self.device):
-            out = self.model(self.inputs, self.targets, **self.memory_kwargs())
+            out = self.model(self.inputs, self.targets, memory=self.memory)
             loss = out.loss + self.cfg.aux_loss_coef * out.aux_loss
             loss.backward()
         self.memory = out.memory
@@ -127,13 +123,14 @@ class TrainStep(_Workload):
 
 
 class InferStep(_Workload):
-    """A no-grad forward of the whole batch in eval mode; XL reads (and keeps) a full memory."""
+    """A no-grad forward of the whole batch in eval mode; a model with memory reads (and keeps)
+    a full one."""
 
     @torch.no_grad()
     def __call__(self) -> None:
         self.model.eval()
         with autocast_for(self.precision, self.device):
-            self.model(self.inputs, **self.memory_kwargs())
+            self.model(self.inputs, memory=self.memory)
 
 
 class GenerateStep:

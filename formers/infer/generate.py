@@ -1,11 +1,11 @@
 """Autoregressive generation from a decoder-only language model, one token per step.
 
-What is carried from step to step depends on what the model offers (checked in this order):
-  cache    `model.new_cache()`: the prompt is encoded once, then each step feeds one token.
-  memory   `model.uses_memory` (Transformer-XL): each step feeds one token with
-           `memory=out.memory`, so the past is carried, never recomputed.
+What is carried from step to step depends on what the model offers:
+  cache    `model.new_cache()`: the prompt is encoded once, then each step feeds one token and
+           every layer extends its own decoding state (a key/value cache, a convolution tail,
+           a segment memory that keeps its most recent states, ...);
   (none)   each step re-encodes the whole context, cropped to the window.
-`use_cache=False` forces the last form: slow, but a reference for the other two.
+`use_cache=False` forces the second form: slow, but a reference for the first.
 
 The window: learned absolute positions stop at `cfg.max_len`, so the model sees at most the
 last max_len tokens. A cached generation that would pass max_len falls back to re-encoding
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from formers.errors import InputError
 from formers.infer.sampling import check_sampling, sample_next
 
-Carry = Literal["cache", "memory", "none"]
+Carry = Literal["cache", "none"]
 
 
 def iter_generate(
@@ -93,7 +93,7 @@ def generate(
         top_p: nucleus sampling: only among the most likely tokens holding mass top_p.
         seed: seeds a private torch.Generator, so the same seed repeats the same tokens and
             the global RNG is left untouched; None draws from the global RNG.
-        use_cache: carry a key/value cache (or segment memory) between steps; False
+        use_cache: carry the model's decoding state (`new_cache()`) between steps; False
             re-encodes the context every step.
         max_context: feed the model at most this many most recent tokens (cache and recompute
             paths; learned positions already cap it at cfg.max_len).
@@ -156,16 +156,7 @@ def _start(
             )
     tokens = _prompt_batch(prompt, _device(model, prompt))
 
-    carry: Carry = "none"
-    if use_cache and callable(getattr(core, "new_cache", None)):
-        carry = "cache"
-    elif use_cache and getattr(core, "uses_memory", False):
-        carry = "memory"
-    if carry == "memory" and max_context is not None:
-        raise InputError(
-            "max_context does not apply to a model with segment memory: its memory length "
-            "bounds the context; pass use_cache=False to re-encode a cropped window instead"
-        )
+    carry: Carry = "cache" if use_cache and callable(getattr(core, "new_cache", None)) else "none"
     window = max_context
     if getattr(cfg, "position", None) == "learned":
         window = cfg.max_len if window is None else min(window, cfg.max_len)
@@ -202,13 +193,10 @@ def _decode(
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
     try:
-        cache = memory = None
+        cache = None
         if carry == "cache" and (window is None or length <= window):
             cache = core.new_cache()
             out = model(prompt, cache=cache)
-        elif carry == "memory":
-            out = model(prompt)
-            memory = _memory_of(out)
         else:
             out = model(_crop(prompt, window))
         for end in range(length + 1, length + max_new_tokens + 1):
@@ -222,9 +210,6 @@ def _decode(
                 return
             if cache is not None and (window is None or end <= window):
                 out = model(tokens[:, end - 1 : end], cache=cache)  # continues at position end-1
-            elif carry == "memory":
-                out = model(tokens[:, end - 1 : end], memory=memory)
-                memory = _memory_of(out)
             else:
                 # no cache, or the cache would pass the window: re-encode the last W tokens
                 # from position 0 on every remaining step (see the module docstring).
@@ -238,16 +223,6 @@ def _decode(
 def _crop(tokens: Tensor, window: int | None) -> Tensor:
     """The last `window` tokens of (B, L) ids, (B, min(L, W))."""
     return tokens if window is None else tokens[:, -window:]
-
-
-def _memory_of(out: object) -> list[Tensor]:
-    memory = getattr(out, "memory", None)
-    if memory is None:
-        raise InputError(
-            "the model sets uses_memory=True but returned no memory: return out.memory to "
-            "carry between calls, or set uses_memory=False"
-        )
-    return memory
 
 
 def _unwrap(model: nn.Module) -> nn.Module:

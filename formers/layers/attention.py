@@ -4,14 +4,25 @@
     MultiHead(Q, K, V) = Concat(head_1, …, head_h) W^O
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)
 
-Variants change one hook and inherit the rest:
-  project(x, context, cache) -> q, k, v     (Linformer compresses k/v, Primer convolves q/k/v)
-  scores(q, k, mask)         -> logits      (Transformer-XL adds relative-position terms)
-  weights(scores, mask)      -> probs       (top-k keeps the k largest)
-`scores` may fold the mask into the logits as it builds them (Transformer-XL does, saving a pass);
-`weights` then only normalises.
-A class that keeps the vanilla `scores` and `weights` runs on the fused
-`scaled_dot_product_attention` kernel; overriding either switches to the explicit path.
+The hooks, in the order `forward` calls them; a variant overrides one and inherits the rest:
+
+  project(x, context, mask, state) -> q, k, v, mask
+        the projections, split into heads; returns the mask that goes with the keys it
+        returns (Linformer compresses k and v along the sequence, so its keys need no padding
+        mask; Primer convolves q, k and v and keeps the convolution's tail in `state`).
+  attend(q, k, v, mask, state) -> out
+        everything between the projections and the output projection: extends the keys with
+        the decoding `state` and runs Eq. 1, on torch's fused kernel when `scores` and `weights`
+        are vanilla, else through the two hooks below. A variant with its own kernel
+        (Longformer's blocked band, Routing's clusters) overrides it whole.
+  scores(q, k, mask) -> (B, H, T, S) logits
+        Transformer-XL adds its relative-position terms (and may fold the mask in);
+  weights(scores, mask) -> (B, H, T, S) probabilities
+        top-k keeps the k largest scores of each row.
+
+State: `new_state()` makes the per-layer decoding state the kind needs (a growing key/value
+cache here; a rolling window, a convolution tail or cluster assignments in the variants), and
+the same object comes back as `state` on every call of that layer, to read and extend in place.
 
 Shapes: B batch, T query length, S key length, D model width, H heads, K head dim.
 """
@@ -25,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.config import ModelConfig
-from formers.layers.cache import KVCache
+from formers.config import AttentionConfig, ModelConfig
+from formers.layers.cache import KVCache, LayerState
 from formers.layers.mask import AttentionMask, mask_scores
 
 NO_MASK = AttentionMask()
@@ -67,6 +78,7 @@ class MultiHeadAttention(nn.Module):
         bias: whether the projections have biases.
     """
 
+    config_class: ClassVar[type[AttentionConfig]] = AttentionConfig
     fused: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -92,39 +104,57 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> MultiHeadAttention:
-        """Build from a model config; variants read their own options from `cfg.attention`."""
-        return cls(cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout, bias=cfg.attention.bias)
+    def from_config(cls, cfg: ModelConfig, options: AttentionConfig) -> MultiHeadAttention:
+        """Build one layer's attention from the model config and that layer's attention options
+        (`cfg.attention_at(stack, index)`); variants read their own fields from `options`."""
+        return cls(cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout, bias=options.bias)
+
+    @classmethod
+    def tie_layers(cls, layers: list[MultiHeadAttention], options: AttentionConfig) -> None:
+        """Share parameters between the layers of one stack that use this kind (none here)."""
+
+    def new_state(self) -> LayerState | None:
+        """An empty decoding state for this layer: the keys and values seen so far."""
+        return KVCache()
 
     def forward(
         self,
         x: Tensor,
         context: Tensor | None = None,
         mask: AttentionMask = NO_MASK,
-        cache: KVCache | None = None,
+        state: LayerState | None = None,
     ) -> Tensor:
-        """Attend from x (B, T, D) to context (B, S, D), or to x itself when context is None."""
+        """Attend from x (B, T, D) to context (B, S, D), or to x itself when context is None.
+
+        Args:
+            x: (B, T, D) the queries' inputs.
+            context: (B, S, D) the keys' and values' inputs; None for self-attention.
+            mask: which keys each query may see.
+            state: this layer's decoding state from `new_state()`, extended in place.
+        """
         batch, length, _ = x.shape
-        q, k, v = self.project(x, context, cache)  # (B, H, T, K), (B, H, S, K), (B, H, S, K)
-        if cache is not None:
-            k, v = cache.append(k, v)
-        out = self.attend(q, k, v, mask)  # (B, H, T, K)
+        q, k, v, mask = self.project(x, context, mask, state)  # (B, H, T|S, K) each
+        out = self.attend(q, k, v, mask, state)  # (B, H, T, K)
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, self.d_model))
 
     def project(
-        self, x: Tensor, context: Tensor | None = None, cache: KVCache | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries from x, keys and values from context (or x), split into heads."""
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: AttentionMask = NO_MASK,
+        state: LayerState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, AttentionMask]:
+        """Queries from x, keys and values from context (or x), split into heads; the mask."""
         if context is None:
             qkv = self.qkv_proj(x)  # (B, T, 3D)
-            return self.split_heads(qkv, 3)
+            return (*self.split_heads(qkv, 3), mask)
         weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
         d = self.d_model
         q = F.linear(x, weight[:d], None if bias is None else bias[:d])  # (B, T, D)
         kv = F.linear(context, weight[d:], None if bias is None else bias[d:])  # (B, S, 2D)
         (q,) = self.split_heads(q, 1)
         k, v = self.split_heads(kv, 2)
-        return q, k, v
+        return q, k, v, mask
 
     def split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
         """(B, T, parts·D) -> `parts` tensors of shape (B, H, T, K)."""
@@ -132,8 +162,13 @@ class MultiHeadAttention(nn.Module):
         x = x.view(batch, length, parts, self.n_heads, self.d_head)
         return x.permute(2, 0, 3, 1, 4).unbind(0)  # parts × (B, H, T, K)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
-        """Eq. 1 for every head: (B, H, T, K) queries against (B, H, S, K) keys and values."""
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LayerState | None = None
+    ) -> Tensor:
+        """Eq. 1 for every head: (B, H, T, K) queries against (B, H, S, K) keys and values,
+        after the keys and values of earlier calls (`state`, a `KVCache`)."""
+        if state is not None:
+            k, v = state.append(k, v)  # (B, H, S, K)
         if self.fused and fused_kernel_is_faster(q, k):
             return self.fused_attention(q, k, v, mask)
         weights = self.weights(self.scores(q, k, mask), mask)  # (B, H, T, S)
@@ -171,3 +206,18 @@ class MultiHeadAttention(nn.Module):
         # then zero its output.
         out = sdpa(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout)
         return out.masked_fill(~has_key, 0.0)
+
+    # --- cost model (formers bench): what one token costs this layer ---------------------------
+
+    def keys_per_query(self, seq_len: int) -> int:
+        """Keys each query is scored against in a sequence of `seq_len` tokens."""
+        return seq_len
+
+    def score_flops_per_token(self, seq_len: int) -> float:
+        """Forward FLOPs per query of the products with keys: q·kᵀ and the weighted sum of
+        values, 2 FLOPs per multiply-add (Chowdhery et al. 2022, App. B; no causal halving)."""
+        return 2.0 * 2 * self.keys_per_query(seq_len) * self.d_model
+
+    def per_segment_parameters(self) -> list[nn.Parameter]:
+        """Parameters multiplied once per sequence rather than once per token (none here)."""
+        return []

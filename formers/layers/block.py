@@ -3,6 +3,9 @@
 Norm placement is a swapped module, not a flag:
   PostNorm:  x ← LayerNorm(x + Dropout(Sublayer(x)))     (the paper, §3.1 and §5.4)
   PreNorm:   x ← x + Dropout(Sublayer(LayerNorm(x)))     (Xiong et al. 2020; needs a final norm)
+Each also says how the sub-layer sees any other input of the same stream (`branch_input`): a
+layer that reads stored states of its own input (Transformer-XL's memory) normalises them
+exactly as it normalises x.
 
 Shapes: B batch, T length, S context length, D model width.
 """
@@ -10,12 +13,13 @@ Shapes: B batch, T length, S context length, D model width.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.layers.attention import NO_MASK, MultiHeadAttention
-from formers.layers.cache import KVCache
+from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
 
 
@@ -29,6 +33,10 @@ class PostNorm(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         return self.norm(x + self.dropout(sublayer(x)))
+
+    def branch_input(self, x: Tensor) -> Tensor:
+        """What the sub-layer sees of states of this stream: the states themselves."""
+        return x
 
     @staticmethod
     def final_norm(d_model: int, eps: float) -> nn.Module:
@@ -46,6 +54,10 @@ class PreNorm(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         return x + self.dropout(sublayer(self.norm(x)))
+
+    def branch_input(self, x: Tensor) -> Tensor:
+        """What the sub-layer sees of states of this stream: their LayerNorm."""
+        return self.norm(x)
 
     @staticmethod
     def final_norm(d_model: int, eps: float) -> nn.Module:
@@ -69,20 +81,36 @@ def final_norm(cfg: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Self-attention then feed-forward: an encoder layer, or a decoder-only LM layer."""
 
+    # a recurrent layer carries state from one segment of a text to the next (`out.memory`);
+    # its `new_state(memory)` starts from what the previous segment carried
+    recurrent: ClassVar[bool] = False
+
     def __init__(self, cfg: ModelConfig, attn: MultiHeadAttention, ffn: nn.Module):
         super().__init__()
         self.attn, self.ffn = attn, ffn
         self.attn_res, self.ffn_res = residual(cfg), residual(cfg)
 
+    def new_state(self) -> LayerState | None:
+        """This layer's empty decoding state: its attention's."""
+        return self.attn.new_state()
+
     def forward(
         self,
         x: Tensor,
         mask: AttentionMask = NO_MASK,
-        cache: KVCache | None = None,
+        state: LayerState | None = None,
+        valid: Tensor | None = None,
     ) -> Tensor:
-        """(B, T, D) -> (B, T, D)."""
-        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, cache=cache))
-        return self.ffn_res(x, self.ffn)
+        """(B, T, D) -> (B, T, D).
+
+        Args:
+            x: (B, T, D) the layer's input.
+            mask: which keys each position may attend to.
+            state: the layer's decoding state (`new_state()`), read and extended in place.
+            valid: (B, T) bool, False at padding positions (for the feed-forward network).
+        """
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
+        return self.ffn_res(x, lambda h: self.ffn(h, valid))
 
 
 class DecoderBlock(nn.Module):
@@ -99,15 +127,20 @@ class DecoderBlock(nn.Module):
         self.attn, self.cross_attn, self.ffn = attn, cross_attn, ffn
         self.attn_res, self.cross_res, self.ffn_res = residual(cfg), residual(cfg), residual(cfg)
 
+    def new_state(self) -> LayerState | None:
+        """This layer's empty decoding state: its self-attention's."""
+        return self.attn.new_state()
+
     def forward(
         self,
         x: Tensor,
         context: Tensor,
         mask: AttentionMask = NO_MASK,
         context_mask: AttentionMask = NO_MASK,
-        cache: KVCache | None = None,
+        state: LayerState | None = None,
+        valid: Tensor | None = None,
     ) -> Tensor:
         """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
-        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, cache=cache))
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
         x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
-        return self.ffn_res(x, self.ffn)
+        return self.ffn_res(x, lambda h: self.ffn(h, valid))

@@ -1,27 +1,55 @@
-"""Key/value cache for incremental decoding.
+"""What layers keep from one call to the next: the state protocol and the key/value cache.
 
-Shapes: B batch, H heads, S cached length, K head dim.
+Every attention kind makes its own per-layer state (`MultiHeadAttention.new_state`): a growing
+key/value cache here, a rolling window, a convolution tail, cluster assignments or a segment
+memory in the variants. A model's `Cache` is just the list of its layers' states plus the number
+of positions they hold, so generation, beam search, evaluation and the trainer carry it without
+knowing which variant made it.
+
+Shapes: B batch, H heads, S cached length, K head dim, D model width.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 
-class KVCache:
+class LayerState:
+    """What one layer keeps between calls; subclasses hold tensors whose first axis is the batch.
+
+    Two duties beyond holding the tensors, both with defaults that fit most states:
+      reorder(index)  keep batch rows `index` (beam search, dropping finished rows);
+      carried()       what the layer hands to the next segment of a text as `out.memory`
+                      (None: nothing; only recurrent states such as Transformer-XL's memory).
+    """
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` of every tensor this state holds (and of dicts of them)."""
+        for name, value in vars(self).items():
+            if isinstance(value, Tensor):
+                setattr(self, name, value[index])
+            elif isinstance(value, dict):
+                setattr(self, name, {key: t[index] for key, t in value.items()})
+
+    def carried(self) -> Tensor | None:
+        """The tensor this layer carries to the next segment (`out.memory`), or None."""
+        return None
+
+
+class KVCache(LayerState):
     """Keys and values of one attention layer for the positions already decoded.
 
     The buffers grow by doubling, so appending one token costs O(1) amortised copies instead of
-    re-concatenating the whole history every step. `extra` holds any other per-layer state a
-    variant needs between steps (e.g. Primer's last kernel-1 projections).
+    re-concatenating the whole history every step.
     """
 
     def __init__(self) -> None:
         self.length = 0
         self._k: Tensor | None = None  # (B, H, capacity, K)
         self._v: Tensor | None = None
-        self.extra: dict[str, Tensor] = {}
 
     def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Add (B, H, T, K) keys and values; return all keys and values so far (B, H, S, K)."""
@@ -44,10 +72,15 @@ class KVCache:
 
 
 class Cache:
-    """Per-layer caches of a whole model plus how many positions they hold."""
+    """The decoding state of a whole model: one `LayerState` per layer (None for a layer that
+    keeps none), and how many positions they have seen.
 
-    def __init__(self, n_layers: int) -> None:
-        self.layers = [KVCache() for _ in range(n_layers)]
+    Args:
+        layers: the layers' states, in order.
+    """
+
+    def __init__(self, layers: Sequence[LayerState | None]) -> None:
+        self.layers = list(layers)
         self.position = 0
 
     def __len__(self) -> int:
@@ -55,8 +88,11 @@ class Cache:
 
     @torch.no_grad()
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (beam search, dropping finished samples)."""
+        """Keep batch rows `index` of every layer's state (beam search, dropping finished rows).
+
+        Args:
+            index: (B',) long indices into the current batch; rows may repeat.
+        """
         for layer in self.layers:
-            if layer._k is not None:
-                layer._k, layer._v = layer._k[index], layer._v[index]
-            layer.extra = {name: t[index] for name, t in layer.extra.items()}
+            if layer is not None:
+                layer.reorder(index)

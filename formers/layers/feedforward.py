@@ -9,12 +9,13 @@ Shapes: B batch, T length, D model width, F inner width.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.config import ModelConfig
+from formers.config import FFNConfig, ModelConfig
 
 
 def squared_relu(x: Tensor) -> Tensor:
@@ -40,6 +41,8 @@ class FeedForward(nn.Module):
         bias: whether the projections have biases.
     """
 
+    config_class: ClassVar[type[FFNConfig]] = FFNConfig
+
     def __init__(
         self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0, bias=True
     ):
@@ -50,10 +53,11 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> FeedForward:
-        """Build from a model config."""
-        return cls(cfg.d_model, cfg.d_ff, cfg.ffn.activation, cfg.ffn_dropout, cfg.ffn.bias)
+    def from_config(cls, cfg: ModelConfig, options: FFNConfig) -> FeedForward:
+        """Build one layer's network from the model config and that layer's options."""
+        return cls(cfg.d_model, cfg.d_ff, options.activation, cfg.ffn_dropout, options.bias)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """(B, T, D) -> (B, T, D)."""
+    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
+        """(B, T, D) -> (B, T, D); `valid` (B, T), False at padding, matters to networks that
+        share capacity between tokens (Switch) and is ignored here."""
         return self.down(self.dropout(self.activation(self.up(x))))  # (B, T, F) inside

@@ -8,14 +8,14 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
-from formers.layers.attention import MultiHeadAttention
-from formers.layers.block import Block, DecoderBlock, final_norm
+from formers.layers.block import final_norm
 from formers.layers.cache import Cache
+from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding, check_tokens
 from formers.layers.mask import AttentionMask, padding_mask
-from formers.models.common import AuxLosses, check_targets, language_model_loss, tied_output
+from formers.layers.output import check_targets, output_layer, token_loss
 from formers.models.output import ModelOutput
-from formers.registry import build_attention, build_ffn
+from formers.registry import build_stack
 
 
 class EncoderDecoder(nn.Module):
@@ -34,19 +34,11 @@ class EncoderDecoder(nn.Module):
         self.src_embed = InputEmbedding(cfg, cfg.vocab_size)
         shared = self.src_embed.token if cfg.tie_embeddings and cfg.tgt_vocab_size is None else None
         self.tgt_embed = InputEmbedding(cfg, cfg.target_vocab_size, token=shared)
-        n_encoder_layers = cfg.n_encoder_layers or cfg.n_layers
-        self.encoder = nn.ModuleList(
-            Block(cfg, build_attention(cfg), build_ffn(cfg)) for _ in range(n_encoder_layers)
-        )
-        self.decoder = nn.ModuleList(
-            DecoderBlock(
-                cfg, build_attention(cfg), MultiHeadAttention.from_config(cfg), build_ffn(cfg)
-            )
-            for _ in range(cfg.n_layers)
-        )
+        self.encoder = build_stack(cfg, "encoder")
+        self.decoder = build_stack(cfg, "decoder", cross_attention=True)
         self.encoder_norm, self.decoder_norm = final_norm(cfg), final_norm(cfg)
-        self.lm_head = tied_output(self.tgt_embed.token, cfg.tie_embeddings)
-        self.aux_losses = AuxLosses(self)
+        self.lm_head = output_layer(cfg, self.tgt_embed.token)
+        self.diagnostics = Diagnostics(self)
 
     def encode(self, src: Tensor, src_valid: Tensor | None = None) -> tuple[Tensor, AttentionMask]:
         """Encoder states (B, S, D) and the mask that hides source padding from attention."""
@@ -55,7 +47,7 @@ class EncoderDecoder(nn.Module):
         mask = AttentionMask(causal=False, key_valid=src_valid)
         x = self.src_embed(src)  # (B, S, D)
         for layer in self.encoder:
-            x = layer(x, mask)
+            x = layer(x, mask, None, src_valid)
         return self.encoder_norm(x), mask
 
     def decode(
@@ -72,16 +64,16 @@ class EncoderDecoder(nn.Module):
             tgt_valid = padding_mask(tgt_in, self.cfg.pad_id)
         mask = AttentionMask(causal=True, key_valid=tgt_valid)
         x = self.tgt_embed(tgt_in, offset)  # (B, T, D)
-        for i, layer in enumerate(self.decoder):
-            layer_cache = cache.layers[i] if cache is not None else None
-            x = layer(x, context, mask, context_mask, cache=layer_cache)
+        states = cache.layers if cache is not None else [None] * len(self.decoder)
+        for layer, state in zip(self.decoder, states, strict=True):
+            x = layer(x, context, mask, context_mask, state, tgt_valid)
         if cache is not None:
             cache.position += tgt_in.shape[1]
         return self.decoder_norm(x)
 
     def new_cache(self) -> Cache:
-        """An empty self-attention cache for incremental decoding."""
-        return Cache(len(self.decoder))
+        """An empty decoding state (the decoder's self-attention) for incremental decoding."""
+        return Cache([layer.new_state() for layer in self.decoder])
 
     def forward(
         self,
@@ -101,6 +93,7 @@ class EncoderDecoder(nn.Module):
             src_valid, tgt_valid: (B, S) / (B, T) bool, False at padding; derived from
                 `pad_id` when None.
         """
+        self.diagnostics.reset()
         check_tokens(src, self.cfg.vocab_size, "src")
         check_tokens(tgt_in, self.cfg.target_vocab_size, "tgt_in")
         context, context_mask = self.encode(src, src_valid)
@@ -109,5 +102,10 @@ class EncoderDecoder(nn.Module):
         loss = None
         if targets is not None:
             check_targets(targets, tgt_in, self.cfg.target_vocab_size)
-            loss = language_model_loss(logits, targets, self.cfg.pad_id)
-        return ModelOutput(logits=logits, loss=loss, aux_loss=self.aux_losses.total(logits))
+            loss = token_loss(logits, targets, self.cfg.pad_id)
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=self.diagnostics.aux_loss(logits),
+            metrics=self.diagnostics.metrics(),
+        )

@@ -21,6 +21,8 @@ class EncoderLM(BlockStackLM):
         cfg: the model config (arch="encoder").
     """
 
+    stack = "encoder"
+
     def forward(
         self, tokens: Tensor, targets: Tensor | None = None, *, key_valid: Tensor | None = None
     ) -> ModelOutput:
@@ -31,10 +33,11 @@ class EncoderLM(BlockStackLM):
             targets: (B, T) ids to predict, -100 (or `pad_id`) where nothing is predicted.
             key_valid: (B, T) bool, False at padding; derived from `pad_id` when None.
         """
+        self.diagnostics.reset()
         x = self.embed(tokens)  # (B, T, D)
         if key_valid is None:
             key_valid = padding_mask(tokens, self.cfg.pad_id)
         mask = AttentionMask(causal=False, key_valid=key_valid)
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, None, key_valid)
         return self.output(x, tokens, targets)

@@ -5,38 +5,48 @@ Shapes: B batch, T length, D model width, V vocabulary.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor, nn
 
-from formers.config import ModelConfig
-from formers.layers.block import Block, final_norm
+from formers.config import ModelConfig, Stack
+from formers.layers.block import final_norm
+from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding
-from formers.models.common import AuxLosses, check_targets, language_model_loss, tied_output
+from formers.layers.output import check_targets, output_layer, token_loss
 from formers.models.output import ModelOutput
-from formers.registry import build_attention, build_ffn
+from formers.registry import build_stack
 
 
 class BlockStackLM(nn.Module):
-    """Token + position embeddings, `n_layers` Blocks, a final norm and the (tied) output layer.
+    """Token + position embeddings, a stack of Blocks, a final norm and the (tied) output layer.
 
-    Subclasses decide how the Blocks are masked and called (causal with a cache, bidirectional).
+    Subclasses decide how the Blocks are masked and called (causal with a cache and memory,
+    bidirectional), and which of the config's stacks they are (`stack`).
     """
+
+    stack: ClassVar[Stack] = "decoder"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
         self.embed = InputEmbedding(cfg, cfg.vocab_size)
-        self.layers = nn.ModuleList(
-            Block(cfg, build_attention(cfg), build_ffn(cfg)) for _ in range(cfg.n_layers)
-        )
+        self.layers = build_stack(cfg, self.stack)
         self.final_norm = final_norm(cfg)
-        self.lm_head = tied_output(self.embed.token, cfg.tie_embeddings)
-        self.aux_losses = AuxLosses(self)
+        self.lm_head = output_layer(cfg, self.embed.token)
+        self.diagnostics = Diagnostics(self)
 
     def output(self, hidden: Tensor, tokens: Tensor, targets: Tensor | None) -> ModelOutput:
-        """Logits (B, T, V) of the last states (B, T, D), and the loss when targets are given."""
+        """Logits (B, T, V) of the last states (B, T, D), the loss when targets are given, and
+        the auxiliary losses and metrics the layers reported."""
         logits = self.lm_head(self.final_norm(hidden))  # (B, T, V)
         loss = None
         if targets is not None:
             check_targets(targets, tokens, self.cfg.vocab_size)
-            loss = language_model_loss(logits, targets, self.cfg.pad_id)
-        return ModelOutput(logits=logits, loss=loss, aux_loss=self.aux_losses.total(logits))
+            loss = token_loss(logits, targets, self.cfg.pad_id)
+        return ModelOutput(
+            logits=logits,
+            loss=loss,
+            aux_loss=self.diagnostics.aux_loss(logits),
+            metrics=self.diagnostics.metrics(),
+        )

@@ -10,10 +10,11 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.data.batching import IGNORE_INDEX, eval_segments, eval_streams
+from formers.data.batching import eval_segments, eval_streams
+from formers.layers.output import token_loss
+from formers.train.distributed import unwrap
 
 
 @dataclass
@@ -29,12 +30,14 @@ class EvalResult:
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
 
+    def summary(self) -> str:
+        """E.g. 'valid loss 1.2345 (1.781 bits/token)'."""
+        return f"loss {self.loss:.4f} ({self.bits_per_token:.3f} bits/token)"
 
-def uses_memory(model: nn.Module) -> bool:
-    """Whether the model carries segment memory between calls (Transformer-XL)."""
-    model = getattr(model, "module", model)
-    model = getattr(model, "_orig_mod", model)
-    return bool(getattr(model, "uses_memory", False))
+
+def carries_memory(model: nn.Module) -> bool:
+    """Whether the model carries a memory from one segment of a text to the next."""
+    return bool(getattr(unwrap(model), "recurrent", False))
 
 
 @torch.no_grad()
@@ -72,7 +75,7 @@ def evaluate(
         tokens = tokens[: max_tokens + 1]
     was_training = model.training
     model.eval()
-    recurrent = uses_memory(model)
+    recurrent = carries_memory(model)
     batches = (
         eval_streams(tokens, seq_len, batch_size)
         if recurrent
@@ -91,13 +94,7 @@ def evaluate(
                     memory = out.memory
                 else:
                     out = model(inputs)
-            nll = F.cross_entropy(
-                out.logits.flatten(0, 1).float(),
-                targets.flatten(),
-                ignore_index=IGNORE_INDEX,
-                reduction="sum",
-            )
-            total += nll.item()
+            total += token_loss(out.logits, targets, reduction="sum").item()
             count += batch.n_scored
     finally:
         model.train(was_training)

@@ -8,7 +8,7 @@ in plain JSON with a few tagged objects; `unflatten_state` gives back exactly wh
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,17 @@ def flatten_state(obj: Any) -> tuple[dict[str, Tensor], Any]:
     flattener = _Flattener()
     skeleton = flattener.encode(obj, ())
     return flattener.tensors, skeleton
+
+
+def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:
+    """`obj` with `fn` applied to every tensor inside its lists, tuples and dicts."""
+    if isinstance(obj, Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(fn, v) for v in obj)
+    if isinstance(obj, Mapping):
+        return {k: map_tensors(fn, v) for k, v in obj.items()}
+    return obj
 
 
 def unflatten_state(tensors: Mapping[str, Tensor], skeleton: Any) -> Any:

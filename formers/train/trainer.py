@@ -1,8 +1,13 @@
-"""The training loop: one readable function, top to bottom.
+"""The training loop: one readable function of small named steps, for every model shape.
 
-seed → data → model → optimizer → (resume) → loop:
-    batch → forward (memory in, memory out) → loss + aux → backward → clip → step
-    → log → evaluate → checkpoint
+    task (by arch) → data → model → optimizer → (resume) → loop:
+        set the rate → batch → forward and loss (memory in, memory out) + aux → backward
+        → clip → step → log → evaluate → checkpoint
+    → final evaluation
+
+What differs between a causal LM, a masked LM and a translation model (batches, loss,
+evaluation) is the task's (`formers.train.tasks`); what a model carries from one batch to the
+next (`out.memory`) goes in and out without the loop knowing what it is.
 """
 
 from __future__ import annotations
@@ -12,25 +17,23 @@ import random
 import signal
 import sys
 import time
-from contextlib import nullcontext
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from formers.data.batching import StreamBatcher
-from formers.data.corpora import Corpus, load_corpus
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
-from formers.train.config import RunConfig, TrainConfig, with_vocab
-from formers.train.evaluate import EvalResult, evaluate, uses_memory
-from formers.train.losses import label_smoothed_cross_entropy
+from formers.train.config import RunConfig, TrainConfig
 from formers.train.metrics import MetricsLog
 from formers.train.optim import adamw, paper_adam
 from formers.train.schedule import lr_at
+from formers.train.tasks import Batches, EvalResult, Task, task_for
 
 
 @dataclass
@@ -45,7 +48,7 @@ class TrainResult:
     interrupted: bool
 
 
-def autocast_for(precision: str, device: torch.device):
+def autocast_for(precision: str, device: torch.device) -> AbstractContextManager:
     """The mixed-precision context for `precision` on `device` (bf16 keeps fp32 master weights)."""
     if resolve_precision(precision, device) == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
@@ -76,17 +79,12 @@ def seed_everything(seed: int) -> None:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer `cfg.optimizer` names, over the model's parameters."""
     if cfg.optimizer == "adam_paper":
         return paper_adam(model.parameters(), lr=cfg.lr)
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
     return adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))
-
-
-def save_run_files(run_dir: Path, cfg: RunConfig, corpus: Corpus) -> None:
-    """The resolved config and the tokenizer, beside the checkpoints."""
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
-    (run_dir / "tokenizer.json").write_text(json.dumps(corpus.tokenizer.to_dict()) + "\n")
 
 
 class StopSignal:
@@ -114,32 +112,90 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
+@dataclass
+class Run:
+    """Everything one training run holds while it trains."""
+
+    cfg: RunConfig
+    run_dir: Path
+    env: distributed.Distributed
+    task: Task
+    model: torch.nn.Module  # the plain model: what is saved and evaluated
+    train_model: torch.nn.Module  # the same, wrapped for DDP / torch.compile: what is trained
+    optimizer: torch.optim.Optimizer
+    batches: Batches
+    autocast: AbstractContextManager
+    state: TrainState
+    memory: Any = None  # what the model carries from one batch to the next (`out.memory`)
+    log: MetricsLog | None = None
+    seconds: float = 0.0  # training time, resumed runs included
+    window: dict[str, float] = field(default_factory=dict)  # tokens and start of the log window
+
+
 def train(
     cfg: RunConfig,
     run_dir: str | Path,
     *,
     resume: bool = False,
     progress: bool = True,
-    corpus: Corpus | None = None,
+    data: Any | None = None,
 ) -> TrainResult:
     """Train `cfg.model` as `cfg.train` says, writing everything into `run_dir`.
 
     With `resume`, continue from the run's latest checkpoint exactly: the same batches, the
     same random numbers and the same losses as a run that was never stopped.
+
+    Args:
+        cfg: the model and how to train it.
+        run_dir: the run folder (created).
+        resume: continue the run in `run_dir` from its latest checkpoint.
+        progress: show a progress bar.
+        data: the task's data, already loaded (a `Corpus` for language models); None loads it.
     """
-    tc = cfg.train
-    env = distributed.setup(tc.device)
-    run_dir = Path(run_dir)
-    seed_everything(tc.seed + env.rank)
-    corpus = corpus or load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
-    run_dir.mkdir(parents=True, exist_ok=True)  # after the corpus: a bad name leaves no folder
-    cfg = with_vocab(cfg, corpus.tokenizer.vocab_size)
-    model = build(cfg.model).to(env.device)
-    optimizer = make_optimizer(model, tc)
-    batcher = StreamBatcher(
-        corpus.splits["train"], tc.batch_size, tc.seq_len, env.rank, env.world_size
+    run = start(cfg, Path(run_dir), resume, data)
+    tc = run.cfg.train
+    valid, stopped_by_signal = None, False
+    bar = progress_bar(run, progress)
+    with StopSignal() as stop:
+        while run.state.step < tc.max_steps:
+            step_start = time.perf_counter()
+            lr = set_learning_rate(run)
+            loss, grad_norm = take_step(run)
+            run.seconds += time.perf_counter() - step_start
+            log_step(run, loss, lr, grad_norm, bar)
+            budget = tc.time_budget_seconds
+            out_of_time = budget is not None and run.seconds >= budget
+            stop_now = any_rank(stop.received is not None or out_of_time, run.env)
+            step = run.state.step
+            if tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps:
+                valid = evaluate_now(run, tc.eval_tokens, bar)
+            if stop_now:
+                stopped_by_signal = stop.received is not None
+                break
+            if tc.save_every and run.state.step % tc.save_every == 0:
+                save(run)
+        bar.close()
+        save(run)
+    if not stopped_by_signal:
+        valid = evaluate_now(run, None, None)
+    finish(run, stopped_by_signal)
+    return TrainResult(
+        run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, valid, stopped_by_signal
     )
 
+
+def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
+    """Set up the process group, the task and its data, the model and the optimizer, and
+    restore the latest checkpoint when resuming."""
+    tc = cfg.train
+    env = distributed.setup(tc.device)
+    seed_everything(tc.seed + env.rank)
+    task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg = task.cfg  # with what the data decides (the vocabulary)
+    model = build(cfg.model).to(env.device)
+    optimizer = make_optimizer(model, tc)
+    batches = task.train_batches(env.rank, env.world_size)
     state, memory = TrainState(step=0), None
     checkpoint = latest_checkpoint(run_dir) if resume else None
     if checkpoint is not None:
@@ -147,149 +203,148 @@ def train(
             checkpoint, model=model, optimizer=optimizer, map_location=env.device
         )
         state, memory = loaded.state, loaded.memory
-        batcher.load_state_dict(state.data_state)
+        batches.load_state_dict(state.data_state)
     elif env.is_main:
-        save_run_files(run_dir, cfg, corpus)
-    recurrent = uses_memory(model)
+        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        task.save_files(run_dir)
     train_model = distributed.wrap(model, env, tc.distributed)
     if tc.compile:
         train_model = torch.compile(train_model)
-    autocast = autocast_for(tc.precision, env.device)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None
-    budget = tc.time_budget_seconds
-    elapsed = float(state.extra.get("train_seconds", 0.0))
-    tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * env.world_size
-    bar = tqdm(
-        total=tc.max_steps,
-        initial=state.step,
-        disable=not (progress and env.is_main),
+    return Run(
+        cfg=cfg,
+        run_dir=run_dir,
+        env=env,
+        task=task,
+        model=model,
+        train_model=train_model,
+        optimizer=optimizer,
+        batches=batches,
+        autocast=autocast_for(tc.precision, env.device),
+        state=state,
+        memory=memory,
+        log=log,
+        seconds=float(state.extra.get("train_seconds", 0.0)),
+        window={"tokens": 0.0, "start": time.perf_counter()},
+    )
+
+
+def set_learning_rate(run: Run) -> float:
+    """The schedule's rate for the step about to be taken (steps count from 1)."""
+    tc = run.cfg.train
+    step = run.state.step + 1
+    lr = lr_at(step, tc.schedule, tc.lr, tc.warmup_steps, tc.max_steps, tc.min_lr_ratio)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def take_step(run: Run) -> tuple[float, torch.Tensor]:
+    """One optimizer step over `grad_accum` micro-batches; returns the mean loss (this process)
+    and the gradient norm before clipping."""
+    tc, env = run.cfg.train, run.env
+    total_loss, tokens = 0.0, 0
+    for micro in range(tc.grad_accum):
+        batch = next(run.batches).to(env.device)
+        last = micro == tc.grad_accum - 1
+        # DDP averages gradients on the last micro-batch only
+        sync = nullcontext() if last or not env.enabled else run.train_model.no_sync()
+        with sync, run.autocast:
+            out = run.task.step(run.train_model, batch, run.memory)
+            loss = out.loss + tc.aux_loss_coef * out.aux_loss
+            (loss / tc.grad_accum).backward()
+        run.memory = out.memory
+        total_loss += loss.item() / tc.grad_accum
+        tokens += batch.tokens
+    clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.state.step += 1
+    run.state.tokens_seen += tokens * env.world_size
+    run.state.data_state = run.batches.state_dict()
+    run.window["tokens"] += tokens * env.world_size
+    return total_loss, grad_norm
+
+
+def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqdm) -> None:
+    """Log the loss (averaged over processes), rate and throughput every `log_every` steps."""
+    step = run.state.step
+    if step % run.cfg.train.log_every == 0 or step == 1:
+        mean_loss = distributed.all_reduce_mean(loss, run.env)
+        now = time.perf_counter()
+        rate = run.window["tokens"] / max(now - run.window["start"], 1e-9)
+        run.window = {"tokens": 0.0, "start": now}
+        if run.log is not None:
+            run.log.log(
+                "train",
+                step,
+                loss=mean_loss,
+                lr=lr,
+                grad_norm=float(grad_norm),
+                tokens=run.state.tokens_seen,
+                tokens_per_s=rate,
+                seconds=run.seconds,
+            )
+        bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+    bar.update(1)
+
+
+def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResult:
+    """Evaluate on the valid split (a prefix of `max_tokens`, or all of it for the final one)."""
+    valid = run.task.evaluate(
+        run.model, "valid", max_tokens=max_tokens, device=run.env.device, autocast=run.autocast
+    )
+    if run.log is not None:
+        final = {"final": True} if bar is None else {}
+        run.log.log("valid", run.state.step, **valid.as_dict(), seconds=run.seconds, **final)
+    if bar is not None:
+        bar.write(f"step {run.state.step}: valid {valid.summary()}")
+    return valid
+
+
+def save(run: Run) -> None:
+    """A checkpoint of everything the run needs to continue exactly (rank 0 writes it)."""
+    run.state.extra["train_seconds"] = run.seconds
+    if run.env.is_main:
+        save_checkpoint(
+            run.run_dir,
+            model=run.model,
+            optimizer=run.optimizer,
+            config=run.cfg.to_dict(),
+            state=run.state,
+            memory=run.memory,
+            keep=run.cfg.train.keep_checkpoints,
+        )
+
+
+def finish(run: Run, interrupted: bool) -> None:
+    """Close the log and the process group; say how to continue an interrupted run."""
+    if run.log is not None:
+        run.log.close()
+    distributed.teardown()
+    if interrupted:
+        print(
+            f"interrupted at step {run.state.step}; checkpoint saved in {run.run_dir} "
+            "(continue with --resume)",
+            file=sys.stderr,
+        )
+
+
+def progress_bar(run: Run, progress: bool) -> tqdm:
+    """A progress bar over the steps (rank 0 only)."""
+    return tqdm(
+        total=run.cfg.train.max_steps,
+        initial=run.state.step,
+        disable=not (progress and run.env.is_main),
         desc="train",
         unit="step",
         dynamic_ncols=True,
         mininterval=1.0,
     )
 
-    def save() -> None:
-        state.extra["train_seconds"] = elapsed
-        if env.is_main:
-            save_checkpoint(
-                run_dir,
-                model=model,
-                optimizer=optimizer,
-                config=cfg.to_dict(),
-                state=state,
-                memory=memory,
-                keep=tc.keep_checkpoints,
-            )
 
-    def run_eval(max_tokens: int | None) -> EvalResult:
-        return evaluate(
-            model,
-            corpus.splits["valid"],
-            seq_len=tc.seq_len,
-            batch_size=tc.eval_batch_size,
-            max_tokens=max_tokens,
-            split_bytes=corpus.bytes_per_split.get("valid"),
-            device=env.device,
-            autocast=autocast,
-        )
-
-    valid, interrupted = None, False
-    window_start, window_tokens = time.perf_counter(), 0
-    with StopSignal() as stop:
-        while state.step < tc.max_steps:
-            step_start = time.perf_counter()
-            lr = lr_at(
-                state.step + 1, tc.schedule, tc.lr, tc.warmup_steps, tc.max_steps, tc.min_lr_ratio
-            )
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            total_loss = 0.0
-            for micro in range(tc.grad_accum):
-                inputs, targets = (t.to(env.device) for t in next(batcher))
-                if batcher.stream_restarted:
-                    memory = None
-                last = micro == tc.grad_accum - 1
-                sync = nullcontext() if last or not env.enabled else train_model.no_sync()
-                with sync, autocast:
-                    extra = {"memory": memory} if recurrent else {}
-                    if tc.label_smoothing > 0:
-                        out = train_model(inputs, **extra)
-                        loss = label_smoothed_cross_entropy(
-                            out.logits, targets, tc.label_smoothing, cfg.model.pad_id
-                        )
-                    else:
-                        out = train_model(inputs, targets, **extra)
-                        loss = out.loss
-                    loss = loss + tc.aux_loss_coef * out.aux_loss
-                    (loss / tc.grad_accum).backward()
-                memory = out.memory
-                total_loss += loss.item() / tc.grad_accum
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), tc.grad_clip if tc.grad_clip > 0 else float("inf")
-            )
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state.step += 1
-            state.tokens_seen += tokens_per_step
-            elapsed += time.perf_counter() - step_start
-            window_tokens += tokens_per_step
-            state.data_state = batcher.state_dict()
-
-            if state.step % tc.log_every == 0 or state.step == 1:
-                mean_loss = distributed.all_reduce_mean(total_loss, env)
-                rate = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                window_start, window_tokens = time.perf_counter(), 0
-                if log is not None:
-                    log.log(
-                        "train",
-                        state.step,
-                        loss=mean_loss,
-                        lr=lr,
-                        grad_norm=float(grad_norm),
-                        tokens=state.tokens_seen,
-                        tokens_per_s=rate,
-                        seconds=elapsed,
-                    )
-                bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
-            bar.update(1)
-
-            out_of_time = budget is not None and elapsed >= budget
-            stop_now = _any_rank(stop.received is not None or out_of_time, env)
-            if tc.eval_every and state.step % tc.eval_every == 0 and state.step < tc.max_steps:
-                valid = run_eval(tc.eval_tokens)
-                if log is not None:
-                    log.log("valid", state.step, **valid.as_dict(), seconds=elapsed)
-                bar.write(
-                    f"step {state.step}: valid loss {valid.loss:.4f} "
-                    f"({valid.bits_per_token:.3f} bits/token)"
-                )
-            if stop_now:
-                interrupted = stop.received is not None
-                break
-            if tc.save_every and state.step % tc.save_every == 0:
-                save()
-        bar.close()
-        save()
-    if interrupted:
-        if log is not None:
-            log.close()
-        distributed.teardown()
-        print(
-            f"interrupted at step {state.step}; checkpoint saved in {run_dir} "
-            "(continue with --resume)",
-            file=sys.stderr,
-        )
-        return TrainResult(run_dir, state.step, state.tokens_seen, elapsed, valid, True)
-    valid = run_eval(None)
-    if log is not None:
-        log.log("valid", state.step, **valid.as_dict(), seconds=elapsed, final=True)
-        log.close()
-    distributed.teardown()
-    return TrainResult(run_dir, state.step, state.tokens_seen, elapsed, valid, False)
-
-
-def _any_rank(flag: bool, env: distributed.Distributed) -> bool:
+def any_rank(flag: bool, env: distributed.Distributed) -> bool:
     """True on every rank if it is True on any: all ranks must stop at the same step."""
     if not env.enabled:
         return flag

@@ -12,7 +12,8 @@ Diff from vanilla:
   - `MultiDConvHeadAttention` overrides only `project`: q, k, v ← DConv(q), DConv(k), DConv(v).
     `scores` and `weights` are vanilla, so the fused SDPA kernel still runs.
   - During cached decoding the last kernel−1 *pre-conv* projections of each layer are kept in
-    `KVCache.extra`, so each new token's convolution sees the same inputs as a full pass.
+    its decoding state (`DConvCache`, a KV cache with the convolutions' tails), so each new
+    token's convolution sees the same inputs as a full pass.
 
 Shapes: B batch, T query length, S key length, P left-context length, H heads, K head dim,
 D = H·K model width.
@@ -28,8 +29,9 @@ from torch import Tensor, nn
 
 from formers.config import AttentionConfig, ModelConfig
 from formers.errors import ConfigError, InputError
-from formers.layers.attention import MultiHeadAttention
-from formers.layers.cache import KVCache
+from formers.layers.attention import NO_MASK, MultiHeadAttention
+from formers.layers.cache import KVCache, LayerState
+from formers.layers.mask import AttentionMask
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,8 @@ class MDHAConfig(AttentionConfig):
     kernel_size: int = 3
     conv_bias: bool = True
 
-    def validate(self, model: ModelConfig) -> None:
-        super().validate(model)
+    def validate(self, model: ModelConfig, causal: bool) -> None:
+        super().validate(model, causal)
         size = self.kernel_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(
@@ -117,6 +119,14 @@ class DepthwiseCausalConv(nn.Module):
         return x[:, :, max(0, x.shape[2] - self.context_size) :]  # (B, H, ≤ k−1, K)
 
 
+class DConvCache(KVCache):
+    """A key/value cache plus, per projection, its last kernel_size−1 pre-conv inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tails: dict[str, Tensor] = {}  # "q" | "k" | "v" -> (B, H, ≤ k−1, K)
+
+
 class MultiDConvHeadAttention(MultiHeadAttention):
     """Multi-head attention whose q, k and v each pass through a `DepthwiseCausalConv`.
 
@@ -150,35 +160,41 @@ class MultiDConvHeadAttention(MultiHeadAttention):
         )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> MultiDConvHeadAttention:
-        """Build from a model config whose `attention` is an `MDHAConfig`."""
-        att = cfg.attention
+    def from_config(cls, cfg: ModelConfig, options: MDHAConfig) -> MultiDConvHeadAttention:
+        """Build from a model config and a layer's `MDHAConfig`."""
         return cls(
             cfg.d_model,
             cfg.n_heads,
-            kernel_size=att.kernel_size,
+            kernel_size=options.kernel_size,
             dropout=cfg.attn_dropout,
-            bias=att.bias,
-            conv_bias=att.conv_bias,
+            bias=options.bias,
+            conv_bias=options.conv_bias,
         )
 
+    def new_state(self) -> LayerState | None:
+        """Keys and values so far, and the convolutions' left context."""
+        return DConvCache()
+
     def project(
-        self, x: Tensor, context: Tensor | None = None, cache: KVCache | None = None
-    ) -> tuple[Tensor, Tensor, Tensor]:
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: AttentionMask = NO_MASK,
+        state: LayerState | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, AttentionMask]:
         """Vanilla projections, then the depthwise convolutions, (B, H, T, K) each."""
         if context is not None:
-            return self.project_with_memory(x, context)
-        projected = super().project(x)  # q, k, v before the convolutions
+            return (*self.project_with_memory(x, context), mask)
+        *projected, _ = super().project(x)  # q, k, v before the convolutions
         convs = (self.q_dconv, self.k_dconv, self.v_dconv)
-        if cache is None:  # a sequence start: zero left context
-            return tuple(conv(p) for conv, p in zip(convs, projected, strict=True))
+        if not isinstance(state, DConvCache):  # a sequence start: zero left context
+            return (*(conv(p) for conv, p in zip(convs, projected, strict=True)), mask)
         out = []
         for name, conv, p in zip(("q", "k", "v"), convs, projected, strict=True):
-            key = f"dconv_{name}"  # the last k−1 pre-conv projections, (B, H, ≤ k−1, K)
-            prefix = cache.extra.get(key)
+            prefix = state.tails.get(name)  # the last k−1 pre-conv projections
             out.append(conv(p, prefix))
-            cache.extra[key] = conv.next_prefix(p, prefix)
-        return tuple(out)
+            state.tails[name] = conv.next_prefix(p, prefix)
+        return (*out, mask)
 
     def project_with_memory(self, x: Tensor, context: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention over `context` = cat(memory, x) (B, M + T, D), queries from x (B, T, D).
@@ -194,6 +210,6 @@ class MultiDConvHeadAttention(MultiHeadAttention):
             )
         span = self.q_dconv.context_size
         memory_tail = context[:, max(0, memory_length - span) : memory_length]  # (B, ≤ k−1, D)
-        q, k, v = super().project(torch.cat([memory_tail, x], dim=1), context)
+        q, k, v, _ = super().project(torch.cat([memory_tail, x], dim=1), context)
         q = self.q_dconv(q)[:, :, q.shape[2] - length :]  # drop the memory rows, (B, H, T, K)
         return q, self.k_dconv(k), self.v_dconv(v)

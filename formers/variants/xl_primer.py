@@ -13,11 +13,14 @@ Diff from Transformer-XL:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from formers.config import ModelConfig
+from formers.config import FFNConfig, ModelConfig
+from formers.layers.cache import LayerState
 from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention
 from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
+from formers.variants.xl.presets import transformer_xl
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,24 @@ class PrimerXLAttention(MultiDConvHeadAttention, RelativeMultiHeadAttention):
     config_class = PrimerXLConfig
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> PrimerXLAttention:
-        """Build from a model config whose `attention` is a `PrimerXLConfig`."""
-        attn = super().from_config(cfg)  # MDHA's constructor arguments; XL's init comes via MRO
-        attn.clamp_len = cfg.attention.max_distance
+    def from_config(cls, cfg: ModelConfig, options: PrimerXLConfig) -> PrimerXLAttention:
+        """Build from a model config and a layer's `PrimerXLConfig`."""
+        attn = super().from_config(cfg, options)  # MDHA's arguments; XL's init via the MRO
+        attn.use_lengths(options)
         return attn
+
+    def new_state(self) -> LayerState | None:
+        """None: the memory is the block's (`XLBlock`), and the convolutions read its tail."""
+        return None
+
+
+def primer_xl() -> ModelConfig:
+    """Primer EZ inside Transformer-XL: squared ReLU, DConv and relative attention, memory.
+
+    The convolutions read the previous segment's tail instead of zero padding.
+    """
+    return dataclasses.replace(
+        transformer_xl(),
+        ffn=FFNConfig(activation="squared_relu"),
+        attention=PrimerXLConfig(mem_len=128),
+    )

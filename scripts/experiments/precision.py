@@ -81,7 +81,7 @@ def train_all(args: argparse.Namespace) -> None:
             corpus = corpus or load_corpus(args.corpus)
             print(f"training {args.preset} {precision} seed {seed} in {run}", file=sys.stderr)
             cfg = run_config(args.preset, overrides(args, precision, seed))
-            result = train(cfg, run, resume=run.exists(), progress=False, corpus=corpus)
+            result = train(cfg, run, resume=run.exists(), progress=False, data=corpus)
             if result.interrupted:
                 raise SystemExit("interrupted: run the same command again to continue")
 

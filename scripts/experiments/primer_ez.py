@@ -141,7 +141,7 @@ def train_all(args: argparse.Namespace) -> None:
                     continue
                 resume = latest_checkpoint(path) is not None
                 print(f"{path}: {'resuming' if resume else 'training'}", flush=True)
-                result = train(cfg, path, resume=resume, progress=args.progress, corpus=corpus)
+                result = train(cfg, path, resume=resume, progress=args.progress, data=corpus)
                 if result.interrupted:
                     raise SystemExit("interrupted: run the same command again to resume")
                 print(

@@ -140,7 +140,7 @@ def calibrated_steps(cfg: RunConfig, scratch: Path, corpus: Corpus, args) -> int
     )
     probe = dataclasses.replace(cfg, train=probe_train)
     shutil.rmtree(scratch, ignore_errors=True)
-    train(probe, scratch, progress=False, corpus=corpus)
+    train(probe, scratch, progress=False, data=corpus)
     seconds = {r["step"]: r["seconds"] for r in read_metrics(scratch, "train")}
     shutil.rmtree(scratch, ignore_errors=True)
     last, first = args.calibration_steps, args.calibration_steps // 3  # skip the warm-up steps
@@ -176,7 +176,7 @@ def train_all(args: argparse.Namespace) -> None:
                     print(
                         f"{path}: {'resuming' if resume else 'training'} {steps} steps", flush=True
                     )
-                    result = train(cfg, path, resume=resume, progress=args.progress, corpus=corpus)
+                    result = train(cfg, path, resume=resume, progress=args.progress, data=corpus)
                     if result.interrupted:
                         raise SystemExit("interrupted: run the same command again to resume")
                 evaluate_run(path, preset, corpus, args)

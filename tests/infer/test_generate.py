@@ -1,5 +1,5 @@
 """Generation: cached == recomputed decoding, the learned-position window, sampling rules,
-stop tokens, argument checks, and models that carry segment memory instead of a cache."""
+stop tokens, argument checks, and the decoding-state protocol (`new_cache`)."""
 
 import pytest
 import torch
@@ -9,6 +9,7 @@ from torch import nn
 
 import formers
 from formers.infer import generate, iter_generate, sample_next
+from formers.layers.cache import Cache, LayerState
 
 V = 50
 
@@ -209,7 +210,7 @@ def test_stop_token_halts_a_row_and_finished_rows_repeat_it():
 
 
 def test_stop_token_halts_when_the_last_row_produces_it():
-    model = CountingMemoryLM()
+    model = CountingCachedLM()
     prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     # rows continue 5, 10, 16, ... and 10, 15, 21, ...: 10 ends row 1 first, then row 0
     assert torch.equal(
@@ -280,7 +281,7 @@ def test_encoder_decoder_models_are_refused():
         generate(model, [1, 2], 3)
 
 
-# --- models with segment memory --------------------------------------------------------------
+# --- models that carry a decoding state ------------------------------------------------------
 
 
 class CountingLM(nn.Module):
@@ -292,14 +293,13 @@ class CountingLM(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[tuple[torch.Tensor, list[torch.Tensor] | None]] = []
+        self.calls: list[tuple[torch.Tensor, Cache | None]] = []
         self.outputs: list[formers.ModelOutput] = []
 
     def predict(self, tokens: torch.Tensor, seen: torch.Tensor) -> formers.ModelOutput:
         count = seen[:, None] + torch.arange(1, tokens.shape[1] + 1)  # (B, T)
         logits = F.one_hot((count + tokens) % V, V).float()  # (B, T, V)
-        memory = [seen + tokens.shape[1]]  # one "layer": tokens seen so far, (B,)
-        out = formers.ModelOutput(logits, None, torch.zeros(()), memory)
+        out = formers.ModelOutput(logits, None, torch.zeros(()))
         self.outputs.append(out)
         return out
 
@@ -308,14 +308,26 @@ class CountingLM(nn.Module):
         return self.predict(tokens, torch.zeros(tokens.shape[0], dtype=torch.long))
 
 
-class CountingMemoryLM(CountingLM):
-    """The same, but the count of earlier tokens arrives through `memory`."""
+class SeenCount(LayerState):
+    """A decoding state that only counts the tokens seen so far, (B,)."""
 
-    uses_memory = True
+    def __init__(self) -> None:
+        self.seen: torch.Tensor | None = None
 
-    def forward(self, tokens: torch.Tensor, memory=None) -> formers.ModelOutput:
-        self.calls.append((tokens.clone(), memory))
-        seen = memory[0] if memory is not None else torch.zeros(tokens.shape[0], dtype=torch.long)
+
+class CountingCachedLM(CountingLM):
+    """The same, but the count of earlier tokens arrives through its decoding state."""
+
+    def new_cache(self) -> Cache:
+        return Cache([SeenCount()])
+
+    def forward(self, tokens: torch.Tensor, cache: Cache | None = None) -> formers.ModelOutput:
+        self.calls.append((tokens.clone(), cache))
+        if cache is None:
+            return self.predict(tokens, torch.zeros(tokens.shape[0], dtype=torch.long))
+        state = cache.layers[0]
+        seen = state.seen if state.seen is not None else torch.zeros(tokens.shape[0]).long()
+        state.seen = seen + tokens.shape[1]
         return self.predict(tokens, seen)
 
 
@@ -327,28 +339,35 @@ def counting_reference(prompt: torch.Tensor, n: int, window: int | None = None) 
     return tokens
 
 
-def test_memory_is_carried_and_only_the_new_token_is_fed():
-    model = CountingMemoryLM()
+def test_the_cache_is_carried_and_only_the_new_token_is_fed():
+    model = CountingCachedLM()
     prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     out = generate(model, prompt, 12, temperature=0)
     assert torch.equal(out, counting_reference(prompt, 12))
     assert len(model.calls) == 12  # the prompt, then one call per token but the last
-    assert torch.equal(model.calls[0][0], prompt) and model.calls[0][1] is None
+    cache = model.calls[0][1]
+    assert torch.equal(model.calls[0][0], prompt) and isinstance(cache, Cache)
     for step in range(1, 12):
-        tokens, memory = model.calls[step]
+        tokens, carried = model.calls[step]
         assert torch.equal(tokens, out[:, 4 + step - 1 : 4 + step])
-        assert memory is model.outputs[step - 1].memory
+        assert carried is cache  # one state, extended in place
+    assert cache.layers[0].seen.tolist() == [4 + 11, 4 + 11]
 
 
-def test_memory_model_without_cache_recomputes_the_same_tokens():
-    model = CountingMemoryLM()
+def test_a_cached_model_without_its_cache_recomputes_the_same_tokens():
+    model = CountingCachedLM()
     prompt = torch.tensor([[3, 1, 4, 1], [5, 9, 2, 6]])
     out = generate(model, prompt, 12, temperature=0, use_cache=False)
     assert torch.equal(out, counting_reference(prompt, 12))
     assert [c[0].shape[1] for c in model.calls] == list(range(4, 16))
-    assert all(memory is None for _, memory in model.calls)
-    with pytest.raises(ValueError, match="max_context"):
-        generate(model, prompt, 3, max_context=4)
+    assert all(cache is None for _, cache in model.calls)
+
+
+def test_the_cache_reorders_every_layers_state_by_batch_row():
+    cache = Cache([SeenCount(), None])
+    cache.layers[0].seen = torch.tensor([10, 20, 30])
+    cache.reorder(torch.tensor([2, 0, 0]))
+    assert cache.layers[0].seen.tolist() == [30, 10, 10] and cache.layers[1] is None
 
 
 def test_stateless_model_recomputes_a_cropped_context():
@@ -357,14 +376,3 @@ def test_stateless_model_recomputes_a_cropped_context():
     out = generate(model, prompt, 10, temperature=0, max_context=4)
     assert torch.equal(out, counting_reference(prompt, 10, window=4))
     assert [c[0].shape[1] for c in model.calls] == [4] * 10
-
-
-def test_memory_model_that_returns_no_memory_is_an_error():
-    class Forgetful(CountingMemoryLM):
-        def forward(self, tokens, memory=None):
-            out = super().forward(tokens, memory)
-            out.memory = None
-            return out
-
-    with pytest.raises(ValueError, match="returned no memory"):
-        generate(Forgetful(), [1, 2, 3], 4)

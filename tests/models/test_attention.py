@@ -115,9 +115,9 @@ def test_cache_extends_keys_like_one_pass():
     x = torch.randn(2, 10, 16)
     full = mha(x, mask=AttentionMask(causal=True))
     cache = KVCache()
-    pieces = [mha(x[:, :4], mask=AttentionMask(causal=True), cache=cache)]
+    pieces = [mha(x[:, :4], mask=AttentionMask(causal=True), state=cache)]
     for i in range(4, 10):
-        pieces.append(mha(x[:, i : i + 1], mask=AttentionMask(causal=True), cache=cache))
+        pieces.append(mha(x[:, i : i + 1], mask=AttentionMask(causal=True), state=cache))
     torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
 
 

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from formers.train import checkpoint as ckpt_mod
+from formers.train import checkpoint_write as ckpt_write
 from formers.train.checkpoint import (
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -325,9 +325,9 @@ def test_crash_mid_save_keeps_previous_checkpoint(
     pointer = latest_file.read_text()
     _train_step(model, optimizer, 1)
 
-    real_replace, real_write = os.replace, ckpt_mod._write_bytes
+    real_replace, real_write = os.replace, ckpt_write.write_bytes
     if where.endswith(".safetensors"):
-        monkeypatch.setattr(ckpt_mod, "save_file", _fail_writing(where))
+        monkeypatch.setattr(ckpt_write, "save_file", _fail_writing(where))
     elif where == "rng.json":
 
         def write(path, data):
@@ -335,7 +335,7 @@ def test_crash_mid_save_keeps_previous_checkpoint(
                 raise OSError("simulated crash")
             real_write(path, data)
 
-        monkeypatch.setattr(ckpt_mod, "_write_bytes", write)
+        monkeypatch.setattr(ckpt_write, "write_bytes", write)
     else:
 
         def replace(src, dst):
@@ -345,7 +345,7 @@ def test_crash_mid_save_keeps_previous_checkpoint(
                 raise OSError("simulated crash")
             real_replace(src, dst)
 
-        monkeypatch.setattr(ckpt_mod.os, "replace", replace)
+        monkeypatch.setattr(ckpt_write.os, "replace", replace)
     with pytest.raises(OSError, match="simulated crash"):
         _save(tmp_path, model, optimizer, step=2)
     monkeypatch.undo()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from formers.errors import ConfigError
-from formers.train.losses import label_smoothed_cross_entropy
+from formers.layers.output import IGNORE_INDEX, token_loss
 from formers.train.optim import adamw, paper_adam
 from formers.train.schedule import lr_at, paper_peak_lr
 
@@ -51,13 +51,30 @@ def test_label_smoothing_matches_hand_computation():
             smoothed = [(1 - eps) * (k == int(targets[b, t])) + eps / vocab for k in range(vocab)]
             total += -sum(q * logp[k].item() for k, q in enumerate(smoothed))
             count += 1
-    got = label_smoothed_cross_entropy(logits, targets, epsilon=eps, ignore_index=0)
+    got = token_loss(logits, targets, pad_id=0, label_smoothing=eps)
     assert got.item() == pytest.approx(total / count, rel=1e-6)
-    plain = label_smoothed_cross_entropy(logits, targets, epsilon=0.0, ignore_index=0)
+    plain = token_loss(logits, targets, pad_id=0)
     nll = [-torch.log_softmax(logits[b, t], -1)[targets[b, t]] for b, t in [(0, 0), (0, 1), (1, 0)]]
     assert plain.item() == pytest.approx(sum(nll).item() / 3, rel=1e-6)
-    uniform = label_smoothed_cross_entropy(torch.zeros(4, 5), torch.tensor([1, 2, 3, 4]), 0.1)
+    uniform = token_loss(torch.zeros(4, 5), torch.tensor([1, 2, 3, 4]), label_smoothing=0.1)
     assert uniform.item() == pytest.approx(math.log(5))
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_the_loss_skips_both_ignored_and_padding_targets(eps):
+    # a masked-LM or translation batch has both: -100 where nothing is predicted, pad_id at
+    # padding; neither may count, with or without label smoothing
+    torch.manual_seed(1)
+    logits = torch.randn(2, 4, 6)
+    targets = torch.tensor([[3, IGNORE_INDEX, 5, 0], [IGNORE_INDEX, 1, 0, 0]])  # 0 = padding
+    counted = [(0, 0), (0, 2), (1, 1)]
+    want = sum(
+        token_loss(logits[b, t][None], targets[b, t][None], label_smoothing=eps) for b, t in counted
+    ) / len(counted)
+    got = token_loss(logits, targets, pad_id=0, label_smoothing=eps)
+    torch.testing.assert_close(got, want)
+    summed = token_loss(logits, targets, pad_id=0, label_smoothing=eps, reduction="sum")
+    torch.testing.assert_close(summed, want * len(counted))
 
 
 def test_paper_adam_hyperparameters():

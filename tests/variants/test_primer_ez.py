@@ -130,9 +130,9 @@ def test_cached_decoding_equals_full_pass(kernel_size):
     chunks = [(0, 1), (1, 2), (2, 6), (6, 7), (7, 8), (8, 13)]
     steps = [model(tokens[:, a:b], cache=cache).logits for a, b in chunks]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
-    state = cache.layers[0].extra
-    assert sorted(state) == ["dconv_k", "dconv_q", "dconv_v"]
-    assert state["dconv_q"].shape == (2, 4, kernel_size - 1, 8)
+    state = cache.layers[0].tails
+    assert sorted(state) == ["k", "q", "v"]
+    assert state["q"].shape == (2, 4, kernel_size - 1, 8)
 
 
 def test_cached_decoding_needs_the_conv_state():
@@ -143,7 +143,7 @@ def test_cached_decoding_needs_the_conv_state():
     cache = model.new_cache()
     model(tokens[:, :8], cache=cache)
     for layer in cache.layers:
-        layer.extra.clear()  # forget the pre-conv projections: the step sees zeros instead
+        layer.tails.clear()  # forget the pre-conv projections: the step sees zeros instead
     last = model(tokens[:, 8:], cache=cache).logits
     assert not torch.allclose(last, full[:, 8:], atol=1e-3)
 
@@ -209,7 +209,7 @@ def test_memory_context_gives_the_convolution_its_left_context():
     mdha = randomise(MultiDConvHeadAttention(16, 4, kernel_size=3)).double()
     memory, x = torch.randn(2, 5, 16).double(), torch.randn(2, 4, 16).double()
     whole = mdha.project(torch.cat([memory, x], 1))
-    q, k, v = mdha.project(x, context=torch.cat([memory, x], 1))
+    q, k, v, _ = mdha.project(x, context=torch.cat([memory, x], 1))
     torch.testing.assert_close(q, whole[0][:, :, 5:], rtol=0, atol=1e-12)
     torch.testing.assert_close(k, whole[1], rtol=0, atol=1e-12)
     torch.testing.assert_close(v, whole[2], rtol=0, atol=1e-12)

@@ -125,7 +125,7 @@ def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp
     memory = torch.randn(2, memory_len, 16, dtype=torch.float64)
     context = torch.cat([memory, x], dim=1)
     want_scores, want = reference_attention(attn, x, memory, clamp_len, window)
-    q, k, _ = attn.project(x, context)
+    q, k, _, _ = attn.project(x, context)
     mask = xl_mask(5, memory_len, window)
     scores = attn.scores(q, k, mask)  # (B, H, T, S)
     visible = ~want_scores.isnan()
@@ -148,7 +148,7 @@ def test_relative_attention_in_half_precision_matches_float32(dtype):
     half = attn.to(dtype)
     got = half(x.to(dtype), context=context.to(dtype), mask=mask)
     torch.testing.assert_close(got.float(), want, atol=5e-2, rtol=5e-2)
-    q, k, _ = half.project(x.to(dtype), context.to(dtype))
+    q, k, _, _ = half.project(x.to(dtype), context.to(dtype))
     scores = half.scores(q, k, mask)
     assert torch.isfinite(scores).all()
     assert (scores[..., ~mask.allowed] < -1e4).all()
@@ -216,9 +216,9 @@ def test_enwik8_preset_has_the_papers_41m_parameters():
         ({"position": "sinusoidal"}, "position='none'"),
         ({"attention.clamp_len": 0}, "clamp_len"),
         ({"attention.mem_len": -1}, "mem_len"),
-        ({"attention.adaptive_cutoffs": [20, 10], "tie_embeddings": False}, "increasing"),
-        ({"attention.adaptive_cutoffs": [20, 60], "tie_embeddings": False}, "vocab_size"),
-        ({"attention.adaptive_cutoffs": [20]}, "tie_embeddings=False"),
+        ({"adaptive_cutoffs": [20, 10], "tie_embeddings": False}, "increasing"),
+        ({"adaptive_cutoffs": [20, 60], "tie_embeddings": False}, "vocab_size"),
+        ({"adaptive_cutoffs": [20]}, "tie_embeddings=False"),
     ],
 )
 def test_bad_configs_fail_with_a_named_fix(overrides, message):
@@ -230,12 +230,9 @@ def test_config_round_trips_through_a_dict_and_strings():
     cfg = tiny_config(
         "transformer-xl",
         tie_embeddings=False,
-        **{
-            "attention.adaptive_cutoffs": "10,30",
-            "attention.clamp_len": "-1",
-            "attention.same_length": "true",
-        },
+        adaptive_cutoffs="10,30",
+        **{"attention.clamp_len": "-1", "attention.same_length": "true"},
     )
-    assert cfg.attention.adaptive_cutoffs == (10, 30)
+    assert cfg.adaptive_cutoffs == (10, 30)
     assert cfg.attention.max_distance is None and cfg.attention.same_length
     assert formers.config_from_dict(cfg.to_dict()) == cfg

@@ -8,9 +8,9 @@ from helpers import random_tokens, tiny_config
 
 import formers
 from formers.infer import generate
-from formers.models import TransformerXL
+from formers.models import DecoderLM, reconfigure
 from formers.train.evaluate import evaluate
-from formers.variants.xl import XLMask, xl_mask
+from formers.variants.xl import XLMask, block, xl_mask
 
 V = 50
 
@@ -52,13 +52,14 @@ def test_segments_with_memory_equal_one_pass_when_memory_holds_everything(norm, 
 
 def one_pass_with_mask(model, tokens, allowed):
     """The model over all of `tokens` at once, with the (T, T) mask `allowed` in every layer."""
-    model.attention_mask = lambda query_len, memory_len, device: XLMask(
+    original = block.xl_mask
+    block.xl_mask = lambda query_len, memory_len, window, device: XLMask(
         causal=True, allowed=allowed
     )
     try:
         return model(tokens).logits
     finally:
-        del model.attention_mask
+        block.xl_mask = original
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -97,24 +98,24 @@ def test_clamp_len_caps_distances_in_the_model():
     tokens = random_tokens(2, 12, V)
     model = xl(mem_len=12)
     base = model(tokens).logits
-    model.reset_length(clamp_len=11)  # every distance in a 12-token pass is <= 11
+    model = reconfigure(model, clamp_len=11)  # every distance in a 12-token pass is <= 11
     torch.testing.assert_close(model(tokens).logits, base, atol=0, rtol=0)
-    model.reset_length(clamp_len=3)
+    model = reconfigure(model, clamp_len=3)
     clamped = model(tokens).logits
     torch.testing.assert_close(clamped[:, :4], base[:, :4], atol=1e-6, rtol=1e-6)
     assert not torch.allclose(clamped[:, 4:], base[:, 4:], atol=1e-4)
-    model.reset_length(clamp_len=-1)
+    model = reconfigure(model, clamp_len=-1)
     torch.testing.assert_close(model(tokens).logits, base, atol=0, rtol=0)
 
 
-def test_reset_length_validates_and_updates_the_config():
+def test_reconfigure_validates_and_updates_the_config():
     model = xl(mem_len=4)
-    model.reset_length(mem_len=9, same_length=True)
-    assert model.mem_len == 9 and model.cfg.attention.same_length
+    model = reconfigure(model, mem_len=9, same_length=True)
+    assert model.cfg.attention.mem_len == 9 and model.cfg.attention.same_length
     with pytest.raises(formers.ConfigError, match="mem_len"):
-        model.reset_length(mem_len=-2)
-    with pytest.raises(formers.ConfigError, match="reset_length"):
-        model.reset_length(tgt_len=3)
+        reconfigure(model, mem_len=-2)
+    with pytest.raises(formers.ConfigError, match="tgt_len"):
+        reconfigure(model, tgt_len=3)
 
 
 # --- (d) stop-gradient and causality ----------------------------------------------------------
@@ -168,7 +169,7 @@ def test_memory_carries_information():
 def test_memory_starts_empty_grows_to_mem_len_then_slides():
     model = xl(mem_len=5)
     tokens = random_tokens(3, 9, V)
-    assert model.uses_memory and isinstance(model, TransformerXL)
+    assert model.recurrent and isinstance(model, DecoderLM)
     memory = []
     for t in range(9):
         out = model(tokens[:, t : t + 1], memory=memory)
@@ -213,7 +214,7 @@ def test_u_and_v_are_shared_unless_untied():
         {},
         {"norm": "pre"},
         {"attention.untie_rel_bias": True},
-        {"tie_embeddings": False, "attention.adaptive_cutoffs": [10, 30]},
+        {"tie_embeddings": False, "adaptive_cutoffs": [10, 30]},
     ],
 )
 def test_every_parameter_gets_a_gradient(overrides):
@@ -240,7 +241,7 @@ def test_eval_is_deterministic_and_training_uses_dropout():
 
 
 def test_adaptive_softmax_loss_is_the_mean_negative_log_prob():
-    model = xl(tie_embeddings=False, **{"attention.adaptive_cutoffs": [10, 30]})
+    model = xl(tie_embeddings=False, adaptive_cutoffs=[10, 30])
     tokens = random_tokens(2, 9, V)
     targets = torch.randint(0, V, (2, 9))
     targets[0, :3] = -100
@@ -274,9 +275,10 @@ def test_generation_feeds_one_token_per_step_with_memory():
     calls = []
     original = model.forward
 
-    def spy(tokens, targets=None, *, memory=None):
-        calls.append((tokens.shape[1], 0 if not memory else memory[0].shape[1]))
-        return original(tokens, targets, memory=memory)
+    def spy(tokens, targets=None, *, memory=None, cache=None):
+        held = None if cache is None else cache.layers[0].memory  # the decoding state: memory
+        calls.append((tokens.shape[1], 0 if held is None else held.shape[1]))
+        return original(tokens, targets, memory=memory, cache=cache)
 
     model.forward = spy
     generate(model, random_tokens(1, 6, V), 5, temperature=0)
@@ -293,11 +295,11 @@ def test_evaluation_scores_every_token_once_and_long_memory_equals_one_pass():
         logits = model(tokens[None, :-1]).logits[0]
     one_pass = F.cross_entropy(logits, tokens[1:]).item()
     for tgt_len, mem_len, batch in ((7, 64, 1), (16, 60, 1), (1, 60, 1)):
-        model.reset_length(mem_len=mem_len)
+        model = reconfigure(model, mem_len=mem_len)
         result = evaluate(model, tokens, seq_len=tgt_len, batch_size=batch)
         assert result.tokens == 60
         assert result.loss == pytest.approx(one_pass, rel=1e-5)
-    model.reset_length(mem_len=4)
+    model = reconfigure(model, mem_len=4)
     for tgt_len, batch in ((7, 3), (5, 2), (60, 1)):
         assert evaluate(model, tokens, seq_len=tgt_len, batch_size=batch).tokens == 60
     short = evaluate(model, tokens, seq_len=7, batch_size=1).loss

@@ -26,7 +26,7 @@ def test_preset_composes_primer_and_xl():
     assert cfg.attention.kind == "primer_xl" and cfg.attention.kernel_size == 3
     assert cfg.ffn.activation == "squared_relu" and cfg.position == "none"
     model = formers.build(tiny_config("primer-xl"))
-    assert isinstance(model.layers[0].attn, PrimerXLAttention) and model.uses_memory
+    assert isinstance(model.layers[0].attn, PrimerXLAttention) and model.recurrent
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

@@ -141,12 +141,12 @@ def eval_report(capsys, *args):
 
 def test_eval_with_other_lengths_than_training(xl_run, capsys):
     trained = eval_report(capsys, xl_run, "--split", "test")
-    assert (trained["tgt_len"], trained["mem_len"], trained["clamp_len"]) == (16, 16, None)
+    assert (trained["seq_len"], trained["mem_len"], trained["clamp_len"]) == (16, 16, None)
     assert trained["same_length"] is False
     longer = eval_report(
         capsys, xl_run, "--split", "test", "--tgt-len", "8", "--mem-len", "64", "--clamp-len", "24"
     )
-    assert (longer["tgt_len"], longer["mem_len"], longer["clamp_len"]) == (8, 64, 24)
+    assert (longer["seq_len"], longer["mem_len"], longer["clamp_len"]) == (8, 64, 24)
     assert longer["tokens"] == trained["tokens"]  # every token once, whatever the segment length
     assert longer["loss"] != trained["loss"]
     same = eval_report(capsys, xl_run, "--split", "test", "--mem-len", "32", "--same-length")
@@ -158,8 +158,7 @@ def test_eval_lengths_match_the_python_api(xl_run, capsys):
     from formers.train.evaluate import evaluate
 
     report = eval_report(capsys, xl_run, "--tgt-len", "8", "--mem-len", "40", "--batch-size", "3")
-    run = load_run(xl_run)
-    run.model.reset_length(mem_len=40)
+    run = load_run(xl_run, runtime={"attention.mem_len": 40})
     with torch.no_grad():
         result = evaluate(run.model, corpus_of(run).splits["valid"], seq_len=8, batch_size=3)
     assert report["loss"] == pytest.approx(result.loss, rel=1e-6)

@@ -22,8 +22,7 @@ Diff from vanilla:
     the reference code, per layer with `untie_rel_bias`; no biases on the projections.
   - keys and values are computed from context = cat(memory, x); no absolute positions.
   - the mask: causal with the memory as a visible prefix, optionally cut to the same length.
-The recurrent model that carries memory from segment to segment is
-`formers.models.transformer_xl.TransformerXL`.
+The memory itself, and the block that reads it, are in `formers.variants.xl.block`.
 
 Shapes: B batch, T query (segment) length, M memory length, S = M + T key length, D model
 width, H heads, K head dim.
@@ -32,114 +31,15 @@ width, H heads, K head dim.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from formers.config import AttentionConfig, ModelConfig
-from formers.errors import ConfigError
+from formers.config import ModelConfig
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
+from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask, adds_mask_as_bias, blocked_bias, mask_scores
-
-
-@dataclass(frozen=True)
-class XLConfig(AttentionConfig):
-    """Transformer-XL: relative positional attention and segment-level recurrence.
-
-    Args:
-        mem_len: hidden states kept per layer as memory for the next segment (0: no memory).
-        same_length: every query sees the same number of keys, itself and the `mem_len`
-            positions before it (the reference code's evaluation setting).
-        clamp_len: cap relative distances at this value, so a long evaluation memory reuses the
-            farthest trained distance (None or -1: no cap).
-        untie_rel_bias: give every layer its own u and v instead of one pair for all layers.
-        adaptive_cutoffs: vocabulary cutoffs of an adaptive softmax output layer (Grave et al.
-            2017, `torch.nn.AdaptiveLogSoftmaxWithLoss`), e.g. (20000, 40000, 200000) for
-            WikiText-103; None: a plain softmax. Needs tie_embeddings=False.
-        adaptive_div_value: each adaptive-softmax cluster is this much narrower than the last.
-    """
-
-    kind: str = "xl"
-    bias: bool = False  # the reference code's projections have no biases
-    mem_len: int = 128
-    same_length: bool = False
-    clamp_len: int | None = None
-    untie_rel_bias: bool = False
-    adaptive_cutoffs: tuple[int, ...] | None = None
-    adaptive_div_value: float = 4.0
-
-    # the model shape that carries the memory (see formers.models.build)
-    model: ClassVar[str] = "transformer_xl"
-
-    def __post_init__(self) -> None:
-        cutoffs = self.adaptive_cutoffs
-        if isinstance(cutoffs, str):  # from the command line: "2000,10000"
-            cutoffs = [part for part in cutoffs.replace(" ", "").split(",") if part]
-        if cutoffs is not None:
-            try:
-                cutoffs = tuple(int(c) for c in cutoffs)
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"attention.adaptive_cutoffs={self.adaptive_cutoffs!r} must be a list of "
-                    "increasing token ids, e.g. [2000, 10000]"
-                ) from None
-        object.__setattr__(self, "adaptive_cutoffs", cutoffs or None)
-
-    @property
-    def max_distance(self) -> int | None:
-        """The relative distance cap, or None."""
-        return None if self.clamp_len is None or self.clamp_len < 0 else self.clamp_len
-
-    def validate(self, model: ModelConfig) -> None:
-        super().validate(model)
-        if model.arch != "decoder":
-            raise ConfigError(
-                f"attention.kind='xl' needs arch='decoder', not {model.arch!r}: its relative "
-                "shift is exact only under the causal mask, and its memory only makes sense "
-                "for a causal LM"
-            )
-        if model.position != "none":
-            raise ConfigError(
-                f"attention.kind='xl' encodes positions inside attention (relative sinusoids): "
-                f"set position='none' instead of {model.position!r}"
-            )
-        if isinstance(self.mem_len, bool) or not isinstance(self.mem_len, int) or self.mem_len < 0:
-            raise ConfigError(f"attention.mem_len={self.mem_len!r} must be an integer >= 0")
-        if self.clamp_len is not None and (
-            isinstance(self.clamp_len, bool)
-            or not isinstance(self.clamp_len, int)
-            or (self.clamp_len < 1 and self.clamp_len != -1)
-        ):
-            raise ConfigError(
-                f"attention.clamp_len={self.clamp_len!r} must be a positive distance cap, or None "
-                "(or -1) for no cap"
-            )
-        if self.adaptive_cutoffs is not None:
-            self._validate_adaptive(model)
-
-    def _validate_adaptive(self, model: ModelConfig) -> None:
-        cutoffs = self.adaptive_cutoffs
-        if list(cutoffs) != sorted(set(cutoffs)) or cutoffs[0] < 1:
-            raise ConfigError(
-                f"attention.adaptive_cutoffs={list(cutoffs)} must be strictly increasing "
-                "positive token ids"
-            )
-        if cutoffs[-1] >= model.vocab_size:
-            raise ConfigError(
-                f"attention.adaptive_cutoffs={list(cutoffs)} must all be below "
-                f"vocab_size={model.vocab_size}: drop the cutoffs at or above it"
-            )
-        if model.tie_embeddings:
-            raise ConfigError(
-                "attention.adaptive_cutoffs: an adaptive softmax has its own output projections "
-                "and cannot share the input embedding: set tie_embeddings=False"
-            )
-        if self.adaptive_div_value <= 0:
-            raise ConfigError(
-                f"attention.adaptive_div_value={self.adaptive_div_value} must be positive"
-            )
+from formers.variants.xl.config import XLConfig
 
 
 def relative_sinusoid(distances: Tensor, d_model: int, dtype: torch.dtype) -> Tensor:
@@ -180,40 +80,6 @@ def rel_shift(x: Tensor) -> Tensor:
     return flat[..., length - 1 : length - 1 + length * key_len].view(*lead, length, key_len)
 
 
-@dataclass(frozen=True)
-class XLMask(AttentionMask):
-    """A dense (T, S) mask built once per forward and shared by every layer."""
-
-    allowed: Tensor | None = None  # (T, S) bool
-
-    def dense(self, query_len: int, key_len: int, device: torch.device) -> Tensor:
-        if self.allowed is None or self.allowed.shape != (query_len, key_len):
-            raise ValueError(f"XLMask holds no ({query_len}, {key_len}) mask")
-        return self.allowed[None, None]  # (1, 1, T, S)
-
-
-def xl_mask(
-    query_len: int,
-    memory_len: int,
-    same_length_window: int | None = None,
-    device: torch.device | None = None,
-) -> XLMask:
-    """Query i, at absolute position M + i, sees key j iff 0 <= M + i − j (<= window).
-
-    The window (`same_length`, set to mem_len) keeps for every query only itself and the window
-    keys before it, so that all queries of a segment with full memory see the same number of keys.
-    This is the original TensorFlow code's mask (mem_len + 1 keys); the PyTorch reference code
-    drops one more key (huggingface/transformers#14832).
-    """
-    rows = torch.arange(query_len, device=device)[:, None]
-    cols = torch.arange(memory_len + query_len, device=device)[None, :]
-    distance = memory_len + rows - cols  # (T, S)
-    allowed = distance >= 0
-    if same_length_window is not None:
-        allowed &= distance <= same_length_window
-    return XLMask(causal=True, allowed=allowed)
-
-
 class RelativeMultiHeadAttention(MultiHeadAttention):
     """Multi-head attention scored by A^rel (Dai et al. 2019 §3.3): content plus relative position.
 
@@ -226,6 +92,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         dropout: dropout on the attention weights.
         bias: biases on the q/k/v and output projections.
         clamp_len: cap relative distances at this value (None: no cap).
+        mem_len: how many past inputs its block keeps as memory.
+        same_length: every query sees itself and the mem_len keys before it.
     """
 
     config_class = XLConfig
@@ -237,9 +105,11 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         dropout: float = 0.0,
         bias: bool = False,
         clamp_len: int | None = None,
+        mem_len: int = 0,
+        same_length: bool = False,
     ):
         super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.clamp_len = clamp_len
+        self.clamp_len, self.mem_len, self.same_length = clamp_len, mem_len, same_length
         self.r_proj = nn.Linear(d_model, d_model, bias=False)  # W_{k,R}
         nn.init.xavier_uniform_(self.r_proj.weight)
         # u and v as flat (H·K,) vectors: AdamW then treats them like biases (no decay).
@@ -247,16 +117,29 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         self.v = nn.Parameter(torch.empty(d_model).normal_(std=0.02))
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> RelativeMultiHeadAttention:
-        """Build from a model config whose `attention` is an `XLConfig`."""
-        att = cfg.attention
-        return cls(
-            cfg.d_model,
-            cfg.n_heads,
-            dropout=cfg.attn_dropout,
-            bias=att.bias,
-            clamp_len=att.max_distance,
-        )
+    def from_config(cls, cfg: ModelConfig, options: XLConfig) -> RelativeMultiHeadAttention:
+        """Build from a model config and a layer's `XLConfig`."""
+        attn = cls(cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout, bias=options.bias)
+        attn.use_lengths(options)
+        return attn
+
+    def use_lengths(self, options: XLConfig) -> None:
+        """Take the memory length, same_length and clamp_len of `options` (no weight changes)."""
+        self.clamp_len = options.max_distance
+        self.mem_len, self.same_length = options.mem_len, options.same_length
+
+    @classmethod
+    def tie_layers(cls, layers: list[MultiHeadAttention], options: XLConfig) -> None:
+        """One u and one v for the whole stack, as in the reference code (unless untied)."""
+        if options.untie_rel_bias:
+            return
+        first = layers[0]
+        for layer in layers[1:]:
+            layer.u, layer.v = first.u, first.v
+
+    def new_state(self) -> LayerState | None:
+        """None: the memory is kept by the block (`XLBlock`), which owns the layer's input."""
+        return None
 
     def relative_keys(self, key_len: int, device: torch.device) -> Tensor:
         """W_{k,R} R for distances S−1 … 0, −1 (capped at clamp_len), in heads, (H, S + 1, K).
@@ -311,3 +194,17 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
             return weights
         allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
         return weights if allowed is None else zero_rows_without_keys(weights, mask, allowed)
+
+    # --- cost model ---------------------------------------------------------------------------
+
+    def keys_per_query(self, seq_len: int) -> int:
+        """The segment plus a full memory."""
+        return seq_len + self.mem_len
+
+    def score_flops_per_token(self, seq_len: int) -> float:
+        """Three products per query–key pair: content, position (Eq. 4 (b)+(d)) and values."""
+        return 2.0 * 3 * self.keys_per_query(seq_len) * self.d_model
+
+    def per_segment_parameters(self) -> list[nn.Parameter]:
+        """W_{k,R} projects the S relative sinusoids once per segment, shared by the batch."""
+        return list(self.r_proj.parameters())

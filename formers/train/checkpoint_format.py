@@ -1,0 +1,40 @@
+"""The on-disk layout of a checkpoint: file names, format version, and the errors loading raises.
+
+See `formers.train.checkpoint` for what a checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import re
+
+from formers.errors import FormersError
+
+CHECKPOINTS_DIR = "checkpoints"
+LATEST_FILE = "latest"
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MANIFEST_FILE = "manifest.json"
+FORMAT_VERSION = 1
+
+STEP_DIR = re.compile(r"^step_(\d+)$")
+# Prefixes of in-progress and to-be-deleted entries; the loader never looks at them.
+TMP_PREFIX = ".tmp-"
+TRASH_PREFIX = ".trash-"
+ALIASES_KEY = "formers.aliases"
+
+
+class CheckpointError(FormersError):
+    """A checkpoint is missing, corrupt or does not fit the model; the message names the path and
+    the fix."""
+
+
+class CheckpointNotFoundError(CheckpointError):
+    """No checkpoint at the given path (or no complete one under a run directory)."""
+
+
+class CheckpointCorruptError(CheckpointError):
+    """A checkpoint file is truncated, tampered with or not in the expected format."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint's weights or optimizer state do not fit the model or optimizer given."""

@@ -1,0 +1,186 @@
+"""Reading checkpoints: finding the latest complete one, checking every file, loading weights.
+
+Only safetensors and JSON are parsed, never pickle, so a tampered checkpoint can at worst fail
+to load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from torch import Tensor, nn
+
+from formers.train.checkpoint_format import (
+    ALIASES_KEY,
+    CHECKPOINTS_DIR,
+    FORMAT_VERSION,
+    LATEST_FILE,
+    MANIFEST_FILE,
+    MODEL_FILE,
+    STEP_DIR,
+    TMP_PREFIX,
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+)
+from formers.train.state_tree import unflatten_state
+
+
+def latest_checkpoint(run_dir: Path | str) -> Path | None:
+    """The newest complete checkpoint of a run: the one `checkpoints/latest` names, or, if that
+    pointer is missing or dangling, the highest step directory with a manifest. None if none."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return None
+    try:
+        name = (root / LATEST_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        name = ""
+    if STEP_DIR.match(name) and is_complete(root / name):
+        return root / name
+    complete = step_dirs(root)
+    return complete[-1] if complete else None
+
+
+def step_dirs(root: Path) -> list[Path]:
+    """Complete `step_*` checkpoint directories, oldest step first."""
+    found = []
+    for entry in root.iterdir():
+        match = STEP_DIR.match(entry.name)
+        if match and is_complete(entry):
+            found.append((int(match.group(1)), entry))
+    return [entry for _, entry in sorted(found)]
+
+
+def is_complete(directory: Path) -> bool:
+    return (directory / MANIFEST_FILE).is_file()
+
+
+def resolve(path: Path | str) -> Path:
+    path = Path(path)
+    if is_complete(path):
+        return path
+    if not path.exists():
+        raise CheckpointNotFoundError(
+            f"{path} does not exist; pass a checkpoint directory (<run>/checkpoints/step_N) or a "
+            "run directory, or start the run from scratch"
+        )
+    latest = latest_checkpoint(path)
+    if latest is not None:
+        return latest
+    if STEP_DIR.match(path.name) or path.name.startswith(TMP_PREFIX):
+        raise CheckpointCorruptError(
+            f"{path} is an incomplete checkpoint (no {MANIFEST_FILE}; a save was interrupted); "
+            f"load another one, e.g. latest_checkpoint({path.parent.parent})"
+        )
+    raise CheckpointNotFoundError(
+        f"{path} holds no complete checkpoint (no {MANIFEST_FILE} and no {CHECKPOINTS_DIR}/ with "
+        "one); pass a checkpoint directory or a run directory that has saved one"
+    )
+
+
+def corrupt(path: Path, problem: str) -> CheckpointCorruptError:
+    return CheckpointCorruptError(
+        f"{path}: {problem}. The checkpoint {path.parent} is damaged or was tampered with; delete "
+        "it and resume from an older one (see latest_checkpoint / the step_* directories)"
+    )
+
+
+def check_manifest(ckpt: Path) -> None:
+    manifest = read_json(ckpt / MANIFEST_FILE)
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise corrupt(
+            ckpt / MANIFEST_FILE,
+            f"format version {version!r}, this code reads version {FORMAT_VERSION}",
+        )
+    for name, size in manifest.get("files", {}).items():
+        file = ckpt / name
+        if not file.is_file():
+            raise corrupt(file, "file listed in the manifest is missing")
+        if file.stat().st_size != size:
+            raise corrupt(file, f"size {file.stat().st_size} bytes, the manifest says {size}")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise corrupt(path, "file is missing") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise corrupt(path, f"not valid JSON ({e})") from e
+
+
+def read_safetensors(
+    path: Path, device: str | torch.device = "cpu", with_aliases: bool = False
+) -> tuple[dict[str, Tensor], dict[str, str]]:
+    if not path.is_file():
+        raise corrupt(path, "file is missing")
+    try:
+        # safetensors parses a JSON header and raw bytes only; it cannot execute anything.
+        with safe_open(str(path), framework="pt", device=str(torch.device(device))) as f:
+            metadata = f.metadata() or {}
+            tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118 (not a dict)
+    except Exception as e:  # SafetensorError is not exported under a stable name
+        raise corrupt(path, f"not a valid safetensors file ({e})") from e
+    aliases: dict[str, str] = {}
+    if with_aliases and ALIASES_KEY in metadata:
+        try:
+            aliases = json.loads(metadata[ALIASES_KEY])
+        except json.JSONDecodeError as e:
+            raise corrupt(path, f"malformed {ALIASES_KEY} metadata ({e})") from e
+    return tensors, aliases
+
+
+def read_flat(ckpt: Path, stem: str) -> Any:
+    # Always on CPU: RNG states must be CPU tensors, and Optimizer.load_state_dict moves state to
+    # each parameter's device itself.
+    tensors, _ = read_safetensors(ckpt / f"{stem}.safetensors")
+    doc = read_json(ckpt / f"{stem}.json")
+    if not isinstance(doc, dict) or "skeleton" not in doc:
+        raise corrupt(ckpt / f"{stem}.json", "no skeleton")
+    try:
+        return unflatten_state(tensors, doc["skeleton"])
+    except (KeyError, ValueError, TypeError) as e:
+        raise corrupt(ckpt / f"{stem}.json", f"skeleton does not match the tensors ({e})") from e
+
+
+def load_weights(
+    ckpt: Path,
+    model: nn.Module,
+    weights: dict[str, Tensor],
+    aliases: dict[str, str],
+    strict: bool,
+) -> None:
+    for alias, target in aliases.items():
+        if target not in weights:
+            raise corrupt(ckpt / MODEL_FILE, f"alias {alias!r} names missing tensor {target!r}")
+        weights[alias] = weights[target]
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in weights]
+    unexpected = [k for k in weights if k not in expected]
+    wrong_shape = [
+        f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    problems = [("shape mismatch", wrong_shape)]
+    if strict:
+        problems += [("missing from checkpoint", missing), ("unexpected in checkpoint", unexpected)]
+    problems = [(what, keys) for what, keys in problems if keys]
+    if problems:
+        details = "; ".join(
+            f"{len(keys)} {what}: {', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}"
+            for what, keys in problems
+        )
+        raise CheckpointMismatchError(
+            f"{ckpt / MODEL_FILE} does not fit the model ({details}). Build the model from the "
+            f"checkpoint's own config (load_config({ckpt})), or pass strict=False to skip "
+            "missing/unexpected keys"
+        )
+    # Copies into the existing tensors, so parameters tied in `model` stay one Parameter.
+    model.load_state_dict({k: v for k, v in weights.items() if k in expected}, strict=False)
