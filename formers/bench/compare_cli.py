@@ -41,7 +41,8 @@ def default_out(presets: list[str], corpus: str) -> Path:
 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.bench.compare import CompareSpec, run_compare
+    from formers.bench.compare import run_compare
+    from formers.bench.compare_spec import CompareSpec
     from formers.overrides import parse_overrides
 
     try:

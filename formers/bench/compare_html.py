@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from formers.bench.compare_report import Table
+
+@dataclass
+class Table:
+    """A captioned table of already formatted cells."""
+
+    caption: str
+    header: list[str]
+    rows: list[list[str]]
+
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; color: #222; }

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from formers.bench.compare import load_spec, run_path
-from formers.bench.compare_html import html_page
+from formers.bench.compare_html import Table, html_page
+from formers.bench.compare_spec import load_spec, run_path
 from formers.bench.plots import line_plot
 from formers.bench.run_metrics import (
     crossing,
@@ -38,15 +38,6 @@ MEAN_FIELDS = (
     "final_perplexity",
 )
 REACH_FIELDS = ("step", "seconds", "step_fraction", "time_fraction")
-
-
-@dataclass
-class Table:
-    """A captioned table of already formatted cells."""
-
-    caption: str
-    header: list[str]
-    rows: list[list[str]]
 
 
 @dataclass

@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from formers.bench import compare as compare_module
-from formers.bench.compare import CompareSpec, spec_differences
+from formers.bench.compare_spec import CompareSpec, spec_differences
 from formers.bench.run_metrics import crossing
 from formers.cli import main
 from formers.train.metrics import MetricsLog, read_metrics
