@@ -11,6 +11,7 @@ from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.primer_ez import MDHAConfig
+from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
 from formers.variants.xl_primer import primer_xl
 
@@ -48,6 +49,12 @@ def primer_ez() -> ModelConfig:
     return override(vanilla(), {"ffn.activation": "squared_relu", "attention": MDHAConfig()})
 
 
+def sparse_topk() -> ModelConfig:
+    """Explicit Sparse Transformer (Zhao et al. 2019): vanilla whose queries keep their 8 best
+    keys."""
+    return dataclasses.replace(vanilla(), attention=TopKConfig(top_k=8))
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -57,6 +64,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer-xl": transformer_xl,
     "transformer-xl-enwik8": transformer_xl_enwik8,
     "primer-xl": primer_xl,
+    "sparse-topk": sparse_topk,
 }
 
 

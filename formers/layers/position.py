@@ -19,7 +19,11 @@ from formers.errors import InputError
 
 
 def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
-    """The (T, D) float32 table of PE(pos, ·) for pos = offset … offset + T - 1."""
+    """The (T, D) float64 table of PE(pos, ·) for pos = offset … offset + T - 1.
+
+    Kept in float64 (a few MB): a model moved to float64 then adds exact sinusoids, and lower
+    precisions round from the exact values once, when they add them.
+    """
     position = torch.arange(offset, offset + length, dtype=torch.float64)[:, None]  # (T, 1)
     inv_freq = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model)
@@ -27,7 +31,7 @@ def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
     table = torch.zeros(length, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(position * inv_freq)
     table[:, 1::2] = torch.cos(position * inv_freq[: d_model // 2])
-    return table.float()
+    return table
 
 
 class SinusoidalPosition(nn.Module):
@@ -42,9 +46,8 @@ class SinusoidalPosition(nn.Module):
         """PE for positions offset … offset + length - 1, (T, D)."""
         end = offset + length
         if end > self.table.shape[0]:
-            self.table = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model).to(
-                self.table.device
-            )
+            longer = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model)
+            self.table = longer.to(device=self.table.device, dtype=self.table.dtype)
         return self.table[offset:end]
 
 

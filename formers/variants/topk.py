@@ -1,0 +1,105 @@
+"""Explicit Sparse Transformer, Zhao et al. 2019, "Explicit Sparse Transformer: Concentrated
+Attention Through Explicit Selection" (https://arxiv.org/abs/1912.11637).
+
+Each query keeps only its k largest scores; the rest get zero weight, so attention concentrates
+on the most relevant keys (§2, Eq. 5–7):
+
+    P = Q Kᵀ / √d                                   the vanilla scores, masked as usual
+    t_i = the k-th largest entry of row i of P
+    M(P, k)_ij = P_ij if P_ij ≥ t_i else −∞         (Eq. 6)
+    A = softmax(M(P, k)) V                          (Eq. 7)
+
+Diff from vanilla:
+  - `weights` masks everything below the k-th score of each row before the softmax; `scores`
+    is vanilla. Selecting by value takes the whole (T, S) score matrix, so this runs on the
+    explicit path (no fused kernel), and its memory is that of full attention's scores plus
+    the (T, k) top values: the paper's selection saves no memory, it focuses the attention.
+Our choices:
+  - the selection comes after the causal and padding masks (a masked key is never selected);
+    a row with fewer than k visible keys keeps all of them (k is clamped to the visible keys);
+  - ties: a score equal to the k-th largest is kept, so a row may keep more than k keys when
+    several are tied there (the reference code's `>=` threshold);
+  - no gradient reaches the dropped scores (they are constants after the selection), as in the
+    paper.
+
+Shapes: B batch, H heads, T query length, S key length, k kept keys per query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from formers.config import AttentionConfig, ModelConfig
+from formers.errors import ConfigError
+from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
+from formers.layers.mask import AttentionMask, mask_scores
+
+
+@dataclass(frozen=True)
+class TopKConfig(AttentionConfig):
+    """Explicit sparse attention: every query attends to its `top_k` highest-scoring keys.
+
+    Args:
+        top_k: keys each query keeps (8 in the paper's language-modelling experiments).
+    """
+
+    kind: str = "topk"
+    top_k: int = 8
+
+    def validate(self, model: ModelConfig, causal: bool) -> None:
+        super().validate(model, causal)
+        k = self.top_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(
+                f"attention.top_k={k!r} must be a positive integer: the keys each query keeps "
+                "(8 in the paper)"
+            )
+
+
+def keep_top_k(scores: Tensor, k: int) -> Tensor:
+    """`scores` (…, S) with every entry below the k-th largest of its row pushed to the dtype's
+    minimum (Eq. 6); entries tied with the k-th largest stay. k ≥ S keeps everything."""
+    if k >= scores.shape[-1]:
+        return scores
+    kth = scores.topk(k, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)  # (…, 1)
+    return scores.masked_fill(scores < kth, torch.finfo(scores.dtype).min)
+
+
+class TopKAttention(MultiHeadAttention):
+    """Multi-head attention whose weights keep only the top_k scores of each query.
+
+    Args:
+        d_model: model width D.
+        n_heads: heads H.
+        top_k: keys each query keeps.
+        dropout: dropout on the attention weights.
+        bias: biases on the projections.
+    """
+
+    config_class = TopKConfig
+
+    def __init__(
+        self, d_model: int, n_heads: int, top_k: int = 8, dropout: float = 0.0, bias: bool = True
+    ):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
+        self.top_k = top_k
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, options: TopKConfig) -> TopKAttention:
+        """Build from a model config and a layer's `TopKConfig`."""
+        return cls(cfg.d_model, cfg.n_heads, options.top_k, cfg.attn_dropout, options.bias)
+
+    def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
+        """Masked, then the top_k of each row (Eq. 6), then the softmax (Eq. 7); (B, H, T, S)."""
+        allowed = mask.dense(scores.shape[-2], scores.shape[-1], scores.device)
+        if allowed is not None:
+            # masked scores fall below every visible one, so they are picked last: a row with
+            # fewer than k visible keys keeps them all, and its masked ones still get exp(−∞)
+            scores = mask_scores(scores, allowed)
+        weights = torch.softmax(keep_top_k(scores, self.top_k), dim=-1)
+        if allowed is None:
+            return weights
+        return zero_rows_without_keys(weights, mask, allowed)
