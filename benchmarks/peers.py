@@ -13,6 +13,8 @@ Families and candidates:
                    positions), HF TransfoXL (transformers < 4.40), labml-nn; all with a full
                    memory of --mem-len states
   primer-ez        formers, labml-nn (its Primer EZ: squared ReLU + multi-DConv-head attention)
+  sparse-topk      formers, x-transformers (attn_sparse_topk): explicit sparse attention with
+                   --top-k keys per query, on the vanilla family's model
 With --compile, bare and formers also run with torch.compile (`bare+compile`,
 `formers+compile`). Every candidate runs with the malloc setting of formers commands
 (formers/cpu_allocator.py) unless --default-malloc is given: one process, the same for all.
@@ -58,6 +60,7 @@ class Shape:
     seq_len: int
     batch: int
     mem_len: int
+    top_k: int = 8
 
 
 # ---------------------------------------------------------------------------- the bare model
@@ -132,13 +135,15 @@ def formers_model(s: Shape, preset: str) -> Candidate:
         n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
         vocab_size=s.vocab, dropout=0.0, norm="pre",
     )  # fmt: skip
-    if preset == "vanilla":
+    if preset in ("vanilla", "sparse-topk"):  # the model x-transformers builds: GELU, learned
         overrides.update({"ffn.activation": "gelu", "position": "learned", "max_len": s.seq_len})
-    if formers.config(preset).attention.kind in ("xl", "xl_dconv"):
+    if preset == "sparse-topk":
+        overrides["attention.top_k"] = s.top_k
+    if formers.config(preset).recurrent:
         overrides["attention.mem_len"] = s.mem_len
     model = formers.build(formers.config(preset, **overrides))
     optimizer = make_optimizer(model, TrainConfig())
-    if getattr(model, "uses_memory", False):
+    if model.recurrent:
         memory: list[Any] = [None]
 
         def loss(x: Tensor, y: Tensor) -> Tensor:
@@ -150,17 +155,19 @@ def formers_model(s: Shape, preset: str) -> Candidate:
     return Candidate(model, lambda x, y: model(x, y).loss, optimizer)
 
 
-def x_transformers(s: Shape, xl: str | None = None) -> Candidate:
-    """x-transformers' decoder; with `xl`, memory and relative ("t5" bias) or rotary positions.
+def x_transformers(s: Shape, xl: str | None = None, sparse_topk: int | None = None) -> Candidate:
+    """x-transformers' decoder; with `xl`, memory and relative ("t5" bias) or rotary positions;
+    with `sparse_topk`, its explicit sparse attention (keep the k best keys of each query).
 
-    Its flash path does not take the T5 relative bias, so that variant runs unfused.
+    Its flash path takes neither the T5 relative bias nor top-k, so those variants run unfused.
     """
     from x_transformers import Decoder, TransformerWrapper
 
+    sparse = {"attn_sparse_topk": sparse_topk} if sparse_topk else {}
     layers = Decoder(
         dim=s.d_model, depth=s.n_layers, heads=s.n_heads, attn_dim_head=s.d_model // s.n_heads,
-        ff_mult=s.d_ff / s.d_model, attn_flash=xl != "t5", rel_pos_bias=xl == "t5",
-        rotary_pos_emb=xl == "rotary",
+        ff_mult=s.d_ff / s.d_model, attn_flash=xl != "t5" and not sparse_topk,
+        rel_pos_bias=xl == "t5", rotary_pos_emb=xl == "rotary", **sparse,
     )  # fmt: skip
     model = TransformerWrapper(
         num_tokens=s.vocab, max_seq_len=s.seq_len, attn_layers=layers,
@@ -321,6 +328,13 @@ FAMILIES: dict[str, dict[str, tuple[Callable[[], bool], Callable[[Shape], Candid
     "primer-ez": {
         "formers": (lambda: True, lambda s: formers_model(s, "primer-ez")),
         "labml-nn": (lambda: available("labml_nn"), lambda s: labml(s, "primer-ez")),
+    },
+    "sparse-topk": {
+        "formers": (lambda: True, lambda s: formers_model(s, "sparse-topk")),
+        "x-transformers": (
+            lambda: available("x_transformers"),
+            lambda s: x_transformers(s, sparse_topk=s.top_k),
+        ),
     },
 }
 
@@ -492,6 +506,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--mem-len", type=int, default=512, help="Transformer-XL memory")
+    p.add_argument("--top-k", type=int, default=8, help="keys per query of sparse-topk")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per candidate")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate first")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -512,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     s = Shape(
         args.n_layers, args.d_model, args.n_heads, args.d_ff, args.vocab,
-        args.seq_len, args.batch_size, args.mem_len,
+        args.seq_len, args.batch_size, args.mem_len, args.top_k,
     )  # fmt: skip
     results = []
     for precision in args.precision:
