@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,7 @@ class EvalResult:
     perplexity: float
     bits_per_token: float  # = bits per character / byte for char and byte tokenizers
     bits_per_byte: float | None  # over the split's UTF-8 bytes, when the whole split was scored
+    metrics: dict[str, float] = field(default_factory=dict)  # the model's, mean over batches
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -82,6 +83,8 @@ def evaluate(
         else eval_segments(tokens, seq_len, context_len, batch_size)
     )
     total, count, memory = 0.0, 0, None
+    metrics: dict[str, float] = {}
+    n_batches = 0
     try:
         for batch in batches:
             inputs = batch.inputs.to(device)
@@ -95,6 +98,9 @@ def evaluate(
                 else:
                     out = model(inputs)
             total += token_loss(out.logits, targets, reduction="sum").item()
+            n_batches += 1
+            for name, value in out.metrics.items():
+                metrics[name] = metrics.get(name, 0.0) + float(value)
             count += batch.n_scored
     finally:
         model.train(was_training)
@@ -108,4 +114,5 @@ def evaluate(
         perplexity=math.exp(min(loss, 700.0)),
         bits_per_token=loss / math.log(2),
         bits_per_byte=bits_per_byte,
+        metrics={name: value / n_batches for name, value in sorted(metrics.items())},
     )

@@ -43,8 +43,11 @@ class MetricsLog:
         self.file.flush()
         if self.writer is not None:
             for name, value in values.items():
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    self.writer.add_scalar(f"{kind}/{name}", value, step)
+                scalars = value.items() if isinstance(value, dict) else [("", value)]
+                for key, scalar in scalars:
+                    if isinstance(scalar, int | float) and not isinstance(scalar, bool):
+                        tag = f"{kind}/{name}/{key}" if key else f"{kind}/{name}"
+                        self.writer.add_scalar(tag, scalar, step)
 
     def close(self) -> None:
         self.file.close()

@@ -130,6 +130,7 @@ class Run:
     log: MetricsLog | None = None
     seconds: float = 0.0  # training time, resumed runs included
     window: dict[str, float] = field(default_factory=dict)  # tokens and start of the log window
+    metrics: dict[str, float] = field(default_factory=dict)  # the model's, at the last step
 
 
 def train(
@@ -244,6 +245,7 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
     and the gradient norm before clipping."""
     tc, env = run.cfg.train, run.env
     total_loss, tokens = 0.0, 0
+    run.metrics = {}
     for micro in range(tc.grad_accum):
         batch = next(run.batches).to(env.device)
         last = micro == tc.grad_accum - 1
@@ -256,6 +258,8 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
         run.memory = out.memory
         total_loss += loss.item() / tc.grad_accum
         tokens += batch.tokens
+        for name, value in out.metrics.items():  # the model's diagnostics, over micro-batches
+            run.metrics[name] = run.metrics.get(name, 0.0) + float(value) / tc.grad_accum
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
     run.optimizer.step()
@@ -268,10 +272,15 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
 
 
 def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqdm) -> None:
-    """Log the loss (averaged over processes), rate and throughput every `log_every` steps."""
+    """Log the loss and the model's diagnostics (averaged over processes), the rate and the
+    throughput every `log_every` steps."""
     step = run.state.step
     if step % run.cfg.train.log_every == 0 or step == 1:
         mean_loss = distributed.all_reduce_mean(loss, run.env)
+        diagnostics = {
+            f"model.{name}": distributed.all_reduce_mean(value, run.env)
+            for name, value in sorted(run.metrics.items())
+        }
         now = time.perf_counter()
         rate = run.window["tokens"] / max(now - run.window["start"], 1e-9)
         run.window = {"tokens": 0.0, "start": now}
@@ -285,6 +294,7 @@ def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqd
                 tokens=run.state.tokens_seen,
                 tokens_per_s=rate,
                 seconds=run.seconds,
+                **diagnostics,
             )
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
     bar.update(1)

@@ -122,6 +122,39 @@ def test_aux_losses_and_metrics_are_collected_and_never_stale(probe):
     assert out.aux_loss == 0 and out.metrics == {}
 
 
+def test_the_trainer_logs_and_evaluation_reports_the_models_metrics(probe, tmp_path):
+    from formers.train import trainer
+    from formers.train.config import run_config
+    from formers.train.metrics import read_metrics
+
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("".join(f"line {i} of some text\n" for i in range(200)))
+    sizes = {"model.n_layers": 2, "model.d_model": 32, "model.n_heads": 4, "model.d_ff": 64}
+    cfg = run_config(
+        "vanilla",
+        {
+            **sizes,
+            "model.ffn.kind": "probe",
+            "train.corpus": str(corpus),
+            "train.batch_size": 2,
+            "train.seq_len": 16,
+            "train.max_steps": 2,
+            "train.grad_accum": 2,
+            "train.log_every": 1,
+            "train.eval_every": 0,
+            "train.precision": "fp32",
+        },
+    )
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    train_records = read_metrics(tmp_path / "run", "train")
+    assert all(r["model.layers.0.ffn.mean"] > 0 or r["model.layers.0.ffn.mean"] < 0 for r in
+               train_records)
+    assert {"model.layers.0.ffn.mean", "model.layers.1.ffn.mean"} <= set(train_records[0])
+    assert set(result.valid.metrics) == {"layers.0.ffn.mean", "layers.1.ffn.mean"}
+    final = read_metrics(tmp_path / "run", "valid")[-1]
+    assert final["metrics"] == result.valid.metrics
+
+
 def test_the_cache_reorders_rows_like_the_batch():
     model = formers.build(tiny_config("vanilla")).eval()
     tokens = random_tokens(3, 9, 50)
