@@ -93,7 +93,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.bench.plots import pyplot
     from formers.bench.report import format_report, write_report
     from formers.bench.settings import BenchSettings
-    from formers.train.trainer import resolve_precision
+    from formers.train.precision import resolve_precision
 
     if not args.no_plots:
         pyplot()  # fail now, not after the measurements, if matplotlib is missing

@@ -25,7 +25,7 @@ from formers.config import ModelConfig, did_you_mean
 from formers.errors import ConfigError, FormersError
 from formers.models import build
 from formers.presets import PRESETS, config
-from formers.train.trainer import resolve_precision
+from formers.train.precision import resolve_precision
 
 Log = Callable[[str], None]
 

@@ -25,7 +25,8 @@ from formers.bench.timing import median, synchronize
 from formers.infer import iter_generate
 from formers.train.config import TrainConfig
 from formers.train.evaluate import carries_memory
-from formers.train.trainer import autocast_for, make_optimizer
+from formers.train.optim import make_optimizer
+from formers.train.precision import autocast_for
 
 
 def random_tokens(vocab_size: int, batch: int, length: int, device: torch.device) -> Tensor:
