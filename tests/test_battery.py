@@ -254,3 +254,16 @@ def test_fairseqs_embedding_scale_is_still_available():
         out = model(tokens[:, :-1], targets=tokens[:, 1:])
     assert out.loss.item() > 1.5 * math.log(256)
     assert (out.logits.argmax(-1) == tokens[:, :-1]).float().mean() > 0.9
+
+
+@pytest.mark.parametrize(("name", "cfg"), DECODERS, ids=DECODER_IDS)
+def test_the_decoding_state_follows_a_reordered_batch(name, cfg):
+    model = formers.build(cfg).eval()
+    tokens = random_tokens(3, 10, V)
+    index = torch.tensor([2, 0, 0])
+    cache = model.new_cache()
+    model(tokens[:, :6], cache=cache)
+    cache.reorder(index)  # as beam search does: keep row 2, and row 0 twice
+    steps = [model(tokens[index, i : i + 1], cache=cache).logits for i in range(6, 10)]
+    stepped = torch.cat(steps, dim=1)
+    torch.testing.assert_close(stepped, model(tokens[index]).logits[:, 6:], atol=1e-5, rtol=1e-5)
