@@ -98,6 +98,19 @@ class LinformerConfig(AttentionConfig):
         return self.max_len or model.max_len
 
 
+def compress(x: Tensor, proj: Tensor) -> Tensor:
+    """projᵀ x along the sequence: (B, H, S, K) with (P, S, k) -> (B, H, k, K), P = H or 1."""
+    batch, heads, length, dim = x.shape
+    proj = proj.to(x.dtype)
+    if proj.shape[0] == heads and heads > 1:
+        return proj.transpose(1, 2) @ x  # (H, k, S) @ (B, H, S, K): one product per head
+    # one E for all heads: a single (B·D, S) @ (S, k) product on the heads' shared layout,
+    # instead of a broadcast that would copy E once per head
+    flat = x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, S, D), a view of qkv
+    out = flat.transpose(1, 2) @ proj[0]  # (B, D, k)
+    return out.view(batch, heads, dim, -1).transpose(2, 3)  # (B, H, k, K)
+
+
 class LinformerAttention(MultiHeadAttention):
     """Multi-head attention over keys and values compressed to `proj_len` rows (Eq. 7).
 
@@ -180,9 +193,9 @@ class LinformerAttention(MultiHeadAttention):
         if mask.key_valid is not None:
             keep = mask.key_valid[:, None, :, None]  # (B, 1, S, 1)
             k, v = k.masked_fill(~keep, 0.0), v.masked_fill(~keep, 0.0)
-        e = self.e_proj[:, :length].transpose(1, 2).to(k.dtype)  # (P, k, S): the first S rows
-        f = e if self.f_proj is None else self.f_proj[:, :length].transpose(1, 2).to(v.dtype)
-        return q, e @ k, f @ v, NO_MASK  # k, v: (B, H, k, K)
+        e = self.e_proj[:, :length]  # (P, S, k): the first S rows
+        f = e if self.f_proj is None else self.f_proj[:, :length]
+        return q, compress(k, e), compress(v, f), NO_MASK  # k, v: (B, H, k, K)
 
     # --- cost model (formers bench) ----------------------------------------------------------
 
