@@ -59,7 +59,9 @@ class _Workload:
         self.inputs, self.targets = tokens[:, :-1], tokens[:, 1:]
         if model.cfg.arch == "encoder":
             vocab = MaskedVocab(model.cfg.vocab_size - 1)  # ids up to the last, which is [MASK]
-            masked = mask_tokens(self.inputs.clamp(max=vocab.mask_id - 1), vocab, seeded_generator(0))
+            masked = mask_tokens(
+                self.inputs.clamp(max=vocab.mask_id - 1), vocab, seeded_generator(0)
+            )
             self.inputs, self.targets = masked.inputs, masked.targets
         self.recurrent = carries_memory(model)
         self.memory: list[Tensor] | None = None
@@ -83,7 +85,6 @@ class _Workload:
         for _ in range(math.ceil(self.model.cfg.memory_tokens / self.inputs.shape[1])):
             with autocast_for(self.precision, self.device):
                 self.memory = self.model(self.inputs, memory=self.memory).memory
-
 
     def live_tensors(self) -> list[Tensor]:
         """Tensors held between calls: weights, buffers, inputs and memory."""
