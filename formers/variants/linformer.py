@@ -104,11 +104,12 @@ def compress(x: Tensor, proj: Tensor) -> Tensor:
     proj = proj.to(x.dtype)
     if proj.shape[0] == heads and heads > 1:
         return proj.transpose(1, 2) @ x  # (H, k, S) @ (B, H, S, K): one product per head
-    # one E for all heads: a single (B·D, S) @ (S, k) product on the heads' shared layout,
-    # instead of a broadcast that would copy E once per head
+    # one E for all heads: one (k, S) @ (S, D) product per sequence on the heads' shared layout
+    # (a strided view of the fused qkv output, read in place), instead of a broadcast over heads
+    # that would copy E once per head, or a transposed product that would copy k and v
     flat = x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, S, D), a view of qkv
-    out = flat.transpose(1, 2) @ proj[0]  # (B, D, k)
-    return out.view(batch, heads, dim, -1).transpose(2, 3)  # (B, H, k, K)
+    out = proj[0].transpose(0, 1) @ flat  # (B, k, D)
+    return out.view(batch, -1, heads, dim).transpose(1, 2)  # (B, H, k, K)
 
 
 class LinformerAttention(MultiHeadAttention):
