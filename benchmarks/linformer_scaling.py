@@ -144,6 +144,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     n_max = max(args.lengths)
     layers = candidates(args, n_max)
+    if args.only:
+        layers = {k: v for k, v in layers.items() if k.split()[0] in args.only}
     rows = []
     for length in args.lengths:
         steps = {
@@ -233,6 +235,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--only", nargs="+", help="candidates to run, by first word (full, linformer, ...)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     args = parser.parse_args()
