@@ -2,7 +2,9 @@
 (docs/linformer.md).
 
 For each context length and seed, trains `bert` (full two-sided attention) and `linformer` with
-each --k, all with the same model shape, batch tokens, schedule and training-time budget, then
+each --k, all with the same model shape, batch tokens, schedule and number of steps (or the same
+training-time budget, --time-budget; on a shared machine wall-clock budgets are not equal CPU
+budgets), then
 writes into --out:
   ctx<n>/<model>/seed<k>/   the runs (config, checkpoints, metrics.jsonl)
   summary.json, summary.md  masked-token bits per byte and accuracy on the first --valid-bytes
@@ -16,7 +18,7 @@ CPU than the training), masked by the task's fixed evaluation seed. Re-running s
 runs and resumes interrupted ones.
 
     python scripts/experiments/masked_lm.py --corpus wikitext-2-bytes --contexts 512 1024 \
-        --k 64 128 256 --seeds 0 1 --time-budget 100s --out runs/masked_lm
+        --k 64 128 256 --seeds 0 1 --max-steps 150 --out runs/masked_lm_steps
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--d-ff", type=int, default=512)
     p.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch, any context")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--time-budget", default="100s", help="training time per run")
+    p.add_argument("--time-budget", default=None, help="training time per run, e.g. 100s")
+    p.add_argument("--max-steps", type=int, default=150, help="steps per run (if no budget)")
     p.add_argument("--valid-bytes", type=int, default=65536, help="valid prefix scored")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--report-only", action="store_true")
@@ -85,7 +88,8 @@ def config_of(args: argparse.Namespace, spec: dict[str, Any], context: int, seed
         "train.lr": args.lr,
         "train.schedule": "constant",
         "train.warmup_steps": 20,
-        "train.max_steps": 1_000_000,  # the time budget ends every run
+        # with a time budget the budget ends every run; else every run takes --max-steps
+        "train.max_steps": 1_000_000 if args.time_budget else args.max_steps,
         "train.time_budget": args.time_budget,
         "train.eval_every": 0,
         "train.save_every": 0,
