@@ -227,3 +227,11 @@ def test_an_encoder_train_step_scores_the_selected_positions_only():
     assert torch.equal(chosen.sum(1), torch.full((4,), 6))  # 15% of 40 per sequence
     assert (step.inputs[chosen] == 49).float().mean() > 0.5  # mostly the [MASK] stand-in
     step()  # a full optimizer step runs
+
+
+def test_encoders_run_when_named_not_by_default():
+    from formers.bench.measure import benchable_presets, default_presets
+
+    assert "bert" in benchable_presets() and "linformer" in benchable_presets()
+    assert "bert" not in default_presets() and "vanilla" in default_presets()
+    assert "transformer" not in benchable_presets()
