@@ -20,6 +20,7 @@ Shapes: B batch, T length, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -190,7 +191,7 @@ class MaskedLMTask(Task):
     def model_config(self, cfg: RunConfig) -> RunConfig:
         vocab = self.vocab
         model = override(cfg.model, {"vocab_size": vocab.size, "pad_id": vocab.pad_id})
-        return RunConfig(preset=cfg.preset, model=model, train=cfg.train)
+        return dataclasses.replace(cfg, model=model)
 
     def save_files(self, run_dir: Path) -> None:
         (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
