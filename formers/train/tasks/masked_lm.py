@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from formers.data.batching import StreamBatcher
 from formers.data.corpora import Corpus, load_corpus
@@ -136,9 +137,10 @@ def evaluate_masked(
     unit: str = "byte",
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
+    progress: bool = False,
 ) -> MaskedEvalResult:
     """Score the masked positions of every window of `tokens` (a 1-D split, or its first
-    `max_tokens` tokens), each window masked by its fixed seed."""
+    `max_tokens` tokens), each window masked by its fixed seed; `progress` shows a bar."""
     if max_tokens is not None:
         tokens = tokens[:max_tokens]
     was_training = model.training
@@ -147,7 +149,8 @@ def evaluate_masked(
     metrics: dict[str, float] = {}
     rows = list(eval_windows(tokens, seq_len, vocab))
     try:
-        for first in range(0, len(rows), batch_size):
+        starts = range(0, len(rows), batch_size)
+        for first in tqdm(starts, desc="eval", unit="batch", disable=not progress, leave=False):
             inputs, targets = _stack(rows[first : first + batch_size], vocab.pad_id)
             inputs, targets = inputs.to(device), targets.to(device)
             with autocast or nullcontext():
@@ -221,6 +224,7 @@ class MaskedLMTask(Task):
         seq_len: int | None = None,
         batch_size: int | None = None,
         context_len: int = 0,
+        progress: bool = False,
     ) -> MaskedEvalResult:
         """The masked positions of every window of `split` (fixed masks; see the module doc).
 
@@ -228,6 +232,7 @@ class MaskedLMTask(Task):
             seq_len: tokens per window (default: training's).
             batch_size: windows per pass (default: `train.eval_batch_size`).
             context_len: must be 0: a masked LM already sees its whole window.
+            progress: show a progress bar.
         """
         if context_len:
             raise FormersError(
@@ -245,4 +250,5 @@ class MaskedLMTask(Task):
             unit=self.data.unit,
             device=device,
             autocast=autocast,
+            progress=progress,
         )
