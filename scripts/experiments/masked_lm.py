@@ -18,7 +18,7 @@ CPU than the training), masked by the task's fixed evaluation seed. Re-running s
 runs and resumes interrupted ones.
 
     python scripts/experiments/masked_lm.py --corpus wikitext-2-bytes --contexts 512 1024 \
-        --k 64 128 256 --seeds 0 1 --max-steps 150 --out runs/masked_lm_steps
+        --k 64 128 256 --seeds 0 1 --max-steps 100 --out runs/masked_lm_steps
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch, any context")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--time-budget", default=None, help="training time per run, e.g. 100s")
-    p.add_argument("--max-steps", type=int, default=150, help="steps per run (if no budget)")
+    p.add_argument("--max-steps", type=int, default=100, help="steps per run (if no budget)")
     p.add_argument("--valid-bytes", type=int, default=65536, help="valid prefix scored")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--report-only", action="store_true")
