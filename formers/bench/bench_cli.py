@@ -25,7 +25,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "sequence-length sweep. Prints a table and writes bench.json, bench.md and PNG plots. "
         "Any model field can be set for every preset with --model.KEY VALUE.",
     )
-    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every LM preset")
+    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every causal LM preset")
     size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
     size.add_argument("--n-layers", type=int, default=6)
     size.add_argument("--d-model", type=int, default=512)

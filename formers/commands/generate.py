@@ -16,6 +16,11 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
 
     device = resolve_device(args.device)  # before anything is loaded
     run = load_run(args.run, device, checkpoint=args.checkpoint)
+    if run.config.model.arch != "decoder":
+        raise FormersError(
+            f"{args.run} is arch={run.config.model.arch!r} (a masked LM or a translation model): "
+            "formers generate samples causal language models; evaluate it with formers eval"
+        )
     tokenizer = run.tokenizer
     prompt = tokenizer.encode_prompt(args.prompt)
     if not prompt:
