@@ -11,6 +11,7 @@ from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.primer_ez import MDHAConfig
+from formers.variants.switch import SwitchConfig
 from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
 from formers.variants.xl_primer import primer_xl
@@ -55,6 +56,13 @@ def sparse_topk() -> ModelConfig:
     return dataclasses.replace(vanilla(), attention=TopKConfig(top_k=8))
 
 
+def switch() -> ModelConfig:
+    """Switch Transformer (Fedus et al. 2021, arXiv 2101.03961): vanilla whose feed-forward
+    network in every other layer (1, 3, 5: the paper's placement) is a top-1 mixture of 8
+    experts."""
+    return dataclasses.replace(vanilla(), ffn=SwitchConfig(layers="odd", n_experts=8))
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -65,6 +73,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer-xl-enwik8": transformer_xl_enwik8,
     "primer-xl": primer_xl,
     "sparse-topk": sparse_topk,
+    "switch": switch,
 }
 
 
