@@ -395,3 +395,12 @@ def test_config_validation_names_the_field():
 def test_activations_are_the_dense_networks():
     layer = SwitchFeedForward(D, FF, activation="squared_relu")
     assert layer.experts.activation is ACTIVATION["squared_relu"]
+
+
+def test_jitter_only_in_training():
+    layer = make_layer(4, jitter=0.5)
+    x = torch.randn(2, 9, D, dtype=torch.float64)
+    layer.eval()
+    torch.testing.assert_close(layer(x), layer(x), rtol=0, atol=0)
+    layer.train()
+    assert not torch.equal(layer(x), layer(x))

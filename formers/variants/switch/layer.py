@@ -191,7 +191,7 @@ class SwitchFeedForward(Reports, nn.Module):
     def run_experts(self, x_ND: Tensor, slots: Slots) -> Tensor:
         """Dispatch to the (E, M, D) buffer, run the experts, and read each token's slot back:
         (N, D)."""
-        x_EMD = x_ND.index_select(0, slots.source_S).view(self.n_experts, slots.per_expert, -1)
+        x_EMD = slots.dispatch(x_ND).view(self.n_experts, slots.per_expert, -1)
         keep_EMF = None
         if self.training and self.dropout > 0:
             # drawn per token, in token order, as a dense network's dropout would be, so a
@@ -201,7 +201,7 @@ class SwitchFeedForward(Reports, nn.Module):
             keep_NF = noise_NF.bernoulli_(1.0 - self.dropout).bool()
             keep_EMF = keep_NF.index_select(0, slots.source_S).view(*x_EMD.shape[:2], d_ff)
         y_EMD = self.experts(x_EMD, keep_EMF)
-        return y_EMD.reshape(-1, y_EMD.shape[-1]).index_select(0, slots.slot_N)
+        return slots.combine(y_EMD.reshape(-1, y_EMD.shape[-1]))
 
     def report(
         self,
