@@ -4,6 +4,7 @@ diagnostics, and torch.compile."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -208,3 +209,14 @@ def test_torch_compile_matches_eager_forward_and_backward():
     (got.loss + got.aux_loss).backward()
     for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_a_model_copies_and_pickles_after_a_training_pass(tmp_path):
+    model = formers.build(tight()).train()
+    out = model(random_tokens(2, 8, V), random_tokens(2, 8, V))
+    twin = copy.deepcopy(model)  # the last pass's aux_loss (part of its graph) stays behind
+    torch.save(model, tmp_path / "model.pt")
+    assert twin.layers[1].ffn.aux_loss is None
+    assert model.layers[1].ffn.aux_loss is not None and out.aux_loss.grad_fn is not None
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
