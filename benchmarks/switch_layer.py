@@ -142,7 +142,7 @@ def measure(
     batch = max(1, tokens // args.seq_len)
     x = torch.randn(batch, args.seq_len, args.d_model)
     g = torch.randn(batch, args.seq_len, args.d_model)
-    steps, skipped = {}, []
+    steps, skipped, failed = {}, [], {}
     for name, (present, make) in CANDIDATES.items():
         if only and name not in only and name not in ("dense", "formers"):
             continue
@@ -154,9 +154,15 @@ def measure(
                           args.seq_len)  # fmt: skip
         layer.train()
         if getattr(run, "sequence_first", False):  # its own layout, transposed before timing
-            steps[name] = train_step(run, layer, seq_first(x), seq_first(g), precision)
+            step = train_step(run, layer, seq_first(x), seq_first(g), precision)
         else:
-            steps[name] = train_step(run, layer, x, g, precision)
+            step = train_step(run, layer, x, g, precision)
+        try:
+            step()  # a peer that cannot run this precision is reported, not timed
+        except RuntimeError as error:
+            failed[name] = f"{type(error).__name__}: {error}".splitlines()[0][:160]
+            continue
+        steps[name] = step
     seconds = interleaved(steps, repeats=args.repeats, warmup=args.warmup)
     medians = {name: median(times) for name, times in seconds.items()}
     return {
@@ -170,11 +176,12 @@ def measure(
         },
         "seconds": seconds,
         "skipped": skipped,
+        "failed": failed,
     }
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    names = list(results[0]["ms"])
+    names = list(dict.fromkeys(n for r in results for n in r["ms"]))
     peers = [n for n in names if n not in ("dense", "formers")]
     header = f"{'precision':9s} {'tokens':>7s} " + " ".join(f"{n + ' ms':>10s}" for n in names)
     header += " " + " ".join(f"{n + '/dense':>14s}" for n in names if n != "dense")
@@ -182,10 +189,17 @@ def print_table(results: list[dict[str, Any]]) -> None:
     print(header)
     for r in results:
         line = f"{r['precision']:9s} {r['tokens']:7d} "
-        line += " ".join(f"{r['ms'][n]:10.1f}" for n in names)
-        line += " " + " ".join(f"{r['vs_dense'][n]:14.2f}" for n in names if n != "dense")
-        line += " " + " ".join(f"{r['formers_vs'][n]:14.2f}" for n in peers)
+        line += " ".join(cell(r["ms"].get(n), 10, ".1f") for n in names)
+        line += " " + " ".join(cell(r["vs_dense"].get(n), 14) for n in names if n != "dense")
+        line += " " + " ".join(cell(r["formers_vs"].get(n), 14) for n in peers)
         print(line)
+    for r in results:
+        for name, error in r["failed"].items():
+            print(f"{name} failed at {r['precision']}, {r['tokens']} tokens: {error}")
+
+
+def cell(value: float | None, width: int, spec: str = ".2f") -> str:
+    return f"{'–' if value is None else format(value, spec):>{width}s}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
