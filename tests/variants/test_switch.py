@@ -73,10 +73,12 @@ def reference(layer, x, valid, training, noise=None, dropout_mask=None):
             i = int(torch.argmax(p))
             group = row_tokens if training else seen
             if counts[i] < ceil_capacity(factor, group, n_experts):
-                hidden = act(x[b, t] @ w_in[i] + (b_in[i, 0] if b_in is not None else 0))
+                hidden = act(
+                    x[b, t] @ w_in[i] + (b_in.view(n_experts, -1)[i] if b_in is not None else 0)
+                )
                 if dropout_mask is not None:
                     hidden = hidden * dropout_mask[b * length + t] / (1 - layer.dropout)
-                y = hidden @ w_out[i] + (b_out[i, 0] if b_out is not None else 0)
+                y = hidden @ w_out[i] + (b_out.view(n_experts, -1)[i] if b_out is not None else 0)
                 outputs.append(p[i] * y)
             else:
                 outputs.append(torch.zeros(x.shape[-1], dtype=x.dtype))
@@ -299,9 +301,9 @@ def test_one_expert_with_room_for_all_is_the_dense_network(activation):
     switch = SwitchFeedForward(D, FF, n_experts=1, activation=activation).double().train()
     with torch.no_grad():
         switch.experts.w_in.copy_(dense.up.weight.T[None])
-        switch.experts.b_in.copy_(dense.up.bias[None, None])
+        switch.experts.b_in.copy_(dense.up.bias)
         switch.experts.w_out.copy_(dense.down.weight.T[None])
-        switch.experts.b_out.copy_(dense.down.bias[None, None])
+        switch.experts.b_out.copy_(dense.down.bias)
     x = torch.randn(3, 9, D, dtype=torch.float64)
     for mode in (True, False):
         switch.train(mode)

@@ -220,3 +220,15 @@ def test_a_model_copies_and_pickles_after_a_training_pass(tmp_path):
     assert model.layers[1].ffn.aux_loss is not None and out.aux_loss.grad_fn is not None
     for a, b in zip(model.state_dict().values(), twin.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_adamw_decays_the_experts_weights_and_router_but_not_their_biases():
+    from formers.train.config import TrainConfig
+    from formers.train.trainer import make_optimizer
+
+    model = formers.build(tiny_config("switch"))
+    decay, no_decay = make_optimizer(model, TrainConfig()).param_groups
+    ffn = model.layers[1].ffn
+    decayed = {id(p) for p in decay["params"]}
+    assert {id(ffn.router), id(ffn.experts.w_in), id(ffn.experts.w_out)} <= decayed
+    assert {id(ffn.experts.b_in), id(ffn.experts.b_out)} <= {id(p) for p in no_decay["params"]}

@@ -17,13 +17,14 @@ S = E·M slots.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from formers.variants.switch.routing import expert_capacity
 
 
 @dataclass
@@ -100,14 +101,12 @@ def assign_slots(expert_N: Tensor, keep_N: Tensor, n_experts: int, bound: int | 
     source_S = source_S.scatter(0, slot_N, tokens_N)[:n_slots]  # the extra slot soaks up drops
     slots_EM = torch.arange(per_expert, device=expert_N.device).expand(n_experts, -1)
     occupied_S = (slots_EM < load_E[:, None]).reshape(-1)
-    return Slots(
-        torch.where(keep_N, slot_N, 0), source_S, keep_N, occupied_S, per_expert, load_E
-    )
+    return Slots(torch.where(keep_N, slot_N, 0), source_S, keep_N, occupied_S, per_expert, load_E)
 
 
 def static_bound(tokens_per_row: int, rows: int, factor: float, n_experts: int) -> int:
     """The most tokens any expert can take from `rows` rows of `tokens_per_row` tokens each."""
-    per_row = min(tokens_per_row, math.ceil(factor * tokens_per_row / n_experts - 1e-9))
+    per_row = min(tokens_per_row, expert_capacity(tokens_per_row, factor, n_experts))
     return max(1, rows * per_row)
 
 
@@ -135,8 +134,10 @@ class Experts(nn.Module):
         super().__init__()
         self.w_in = nn.Parameter(torch.empty(n_experts, d_model, d_ff))  # (E, D, F)
         self.w_out = nn.Parameter(torch.empty(n_experts, d_ff, d_model))  # (E, F, D)
-        self.b_in = nn.Parameter(torch.zeros(n_experts, 1, d_ff)) if bias else None
-        self.b_out = nn.Parameter(torch.zeros(n_experts, 1, d_model)) if bias else None
+        # biases are stored flat, (E·F,) and (E·D,): 1-d, so AdamW leaves them undecayed
+        # like every other bias (formers.train.optim decays parameters of 2 or more dims)
+        self.b_in = nn.Parameter(torch.zeros(n_experts * d_ff)) if bias else None
+        self.b_out = nn.Parameter(torch.zeros(n_experts * d_model)) if bias else None
         self.activation = activation
         self.dropout = dropout
 
@@ -156,7 +157,7 @@ class Experts(nn.Module):
 
 
 def _project(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x @ weight (+ bias), batched over experts."""
+    """x (E, M, I) @ weight (E, I, O) (+ bias (E·O,)), batched over experts: (E, M, O)."""
     if bias is None:
         return torch.bmm(x, weight)
-    return torch.baddbmm(bias, x, weight)
+    return torch.baddbmm(bias.view(weight.shape[0], 1, -1), x, weight)

@@ -126,8 +126,8 @@ class SwitchFeedForward(Reports, nn.Module):
 
     def matmul_params_per_token(self) -> int:
         """Parameters one token multiplies: the router and one expert (for FLOP counts)."""
-        per_expert = sum(p[0].numel() for p in self.experts.parameters())
-        return self.router.numel() + per_expert
+        experts = sum(p.numel() for p in self.experts.parameters())
+        return self.router.numel() + experts // self.n_experts
 
     def forward(
         self, x: Tensor, valid: Tensor | None = None, state: LayerState | None = None

@@ -42,7 +42,7 @@ def router_logits(x_ND: Tensor, weight_ED: Tensor, jitter: float = 0.0) -> Tenso
         return F.linear(h_ND, weight_ED.to(dtype))  # (N, E)
 
 
-def expert_capacity(tokens: Tensor, factor: float, n_experts: int) -> Tensor:
+def expert_capacity(tokens: Tensor | int, factor: float, n_experts: int) -> Tensor | int:
     """⌈factor · tokens / n_experts⌉ (Eq. 3), elementwise and exact: the factor is taken as the
     nearest fraction with a denominator up to 10⁴ (1.1 is 11/10), so 1.1 · 80 / 8 is 11, not
     the 12 that float rounding would give."""
