@@ -15,6 +15,11 @@ Families and candidates:
   primer-ez        formers, labml-nn (its Primer EZ: squared ReLU + multi-DConv-head attention)
   sparse-topk      formers, x-transformers (attn_sparse_topk): explicit sparse attention with
                    --top-k keys per query, on the vanilla family's model
+  switch           formers (the switch preset: --n-experts experts of d_ff each in every other
+                   layer, capacity factor 1.25), labml-nn (its SwitchFeedForward and
+                   SwitchTransformerLayer in the same layers, its TransformerLayer in the
+                   others), on the vanilla family's model; both losses add their layers'
+                   load-balancing loss (α = 0.01)
 With --compile, bare and formers also run with torch.compile (`bare+compile`,
 `formers+compile`). Every candidate runs with the malloc setting of formers commands
 (formers/cpu_allocator.py) unless --default-malloc is given: one process, the same for all.
@@ -61,6 +66,7 @@ class Shape:
     batch: int
     mem_len: int
     top_k: int = 8
+    n_experts: int = 8
 
 
 # ---------------------------------------------------------------------------- the bare model
@@ -135,10 +141,12 @@ def formers_model(s: Shape, preset: str) -> Candidate:
         n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
         vocab_size=s.vocab, dropout=0.0, norm="pre",
     )  # fmt: skip
-    if preset in ("vanilla", "sparse-topk"):  # the model x-transformers builds: GELU, learned
+    if preset in ("vanilla", "sparse-topk", "switch"):  # x-transformers' model: GELU, learned
         overrides.update({"ffn.activation": "gelu", "position": "learned", "max_len": s.seq_len})
     if preset == "sparse-topk":
         overrides["attention.top_k"] = s.top_k
+    if preset == "switch":
+        overrides["ffn.n_experts"] = s.n_experts
     if formers.config(preset).recurrent:
         overrides["attention.mem_len"] = s.mem_len
     model = formers.build(formers.config(preset, **overrides))
@@ -292,6 +300,70 @@ def labml_xl(s: Shape, feed_forward: nn.Module) -> Candidate:
     return Candidate(model, loss)
 
 
+def formers_switch(s: Shape) -> Candidate:
+    """The switch preset; its loss adds the layers' load-balancing loss, as `formers train`."""
+    candidate = formers_model(s, "switch")
+    model = candidate.model
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        out = model(x, y)
+        return out.loss + out.aux_loss
+
+    return Candidate(model, loss, candidate.optimizer)
+
+
+def labml_switch(s: Shape) -> Candidate:
+    """labml-nn's Switch layers where the switch preset has them (layers 1, 3, ...), its dense
+    TransformerLayer elsewhere, and the load-balancing loss of its Switch experiment."""
+    from labml_nn.transformers import TransformerLayer
+    from labml_nn.transformers.feed_forward import FeedForward
+    from labml_nn.transformers.mha import MultiHeadAttention
+    from labml_nn.transformers.models import EmbeddingsWithLearnedPositionalEncoding
+    from labml_nn.transformers.switch import SwitchFeedForward, SwitchTransformerLayer
+    from labml_nn.transformers.utils import subsequent_mask
+
+    layers = []
+    for index in range(s.n_layers):
+        attn = MultiHeadAttention(s.n_heads, s.d_model, 0.0)
+        ffn = FeedForward(s.d_model, s.d_ff, dropout=0.0, activation=nn.GELU())
+        if index % 2:
+            switch = SwitchFeedForward(
+                capacity_factor=1.25, drop_tokens=True, is_scale_prob=True,
+                n_experts=s.n_experts, expert=ffn, d_model=s.d_model,
+            )  # fmt: skip
+            layers.append(SwitchTransformerLayer(
+                d_model=s.d_model, attn=attn, feed_forward=switch, dropout_prob=0.0
+            ))  # fmt: skip
+        else:
+            layers.append(TransformerLayer(
+                d_model=s.d_model, self_attn=attn, src_attn=None, feed_forward=ffn,
+                dropout_prob=0.0,
+            ))  # fmt: skip
+    model = nn.ModuleDict(
+        {
+            "embed": EmbeddingsWithLearnedPositionalEncoding(s.d_model, s.vocab, s.seq_len),
+            "layers": nn.ModuleList(layers),
+            "norm": nn.LayerNorm(s.d_model),
+            "head": nn.Linear(s.d_model, s.vocab),
+        }
+    )
+    mask = subsequent_mask(s.seq_len)
+
+    def loss(x: Tensor, y: Tensor) -> Tensor:
+        h, balance = model["embed"](x.t()), 0.0  # (T, B, D)
+        for layer in model["layers"]:
+            if isinstance(layer, SwitchTransformerLayer):
+                h, counts, route_prob, _, _ = layer(x=h, mask=mask)
+                total = counts.sum()
+                balance = balance + s.n_experts * (counts / total * route_prob / total).sum()
+            else:
+                h = layer(x=h, mask=mask)
+        logits = model["head"](model["norm"](h)).transpose(0, 1)
+        return lm_loss(logits, y) + 0.01 * balance
+
+    return Candidate(model, loss)
+
+
 def available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -335,6 +407,10 @@ FAMILIES: dict[str, dict[str, tuple[Callable[[], bool], Callable[[Shape], Candid
             lambda: available("x_transformers"),
             lambda s: x_transformers(s, sparse_topk=s.top_k),
         ),
+    },
+    "switch": {
+        "formers": (lambda: True, formers_switch),
+        "labml-nn": (lambda: available("labml_nn"), labml_switch),
     },
 }
 
@@ -516,6 +592,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--mem-len", type=int, default=512, help="Transformer-XL memory")
     p.add_argument("--top-k", type=int, default=8, help="keys per query of sparse-topk")
+    p.add_argument("--n-experts", type=int, default=8, help="experts per Switch layer")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per candidate")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate first")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -536,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     s = Shape(
         args.n_layers, args.d_model, args.n_heads, args.d_ff, args.vocab,
-        args.seq_len, args.batch_size, args.mem_len, args.top_k,
+        args.seq_len, args.batch_size, args.mem_len, args.top_k, args.n_experts,
     )  # fmt: skip
     results = []
     for precision in args.precision:

@@ -12,6 +12,7 @@ from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.linformer import LinformerConfig
 from formers.variants.primer_ez import MDHAConfig
+from formers.variants.switch import SwitchConfig
 from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
 from formers.variants.xl_primer import primer_xl
@@ -84,6 +85,13 @@ def linformer() -> ModelConfig:
     return dataclasses.replace(bert(), attention=LinformerConfig(proj_len=128))
 
 
+def switch() -> ModelConfig:
+    """Switch Transformer (Fedus et al. 2021, arXiv 2101.03961): vanilla whose feed-forward
+    network in every other layer (1, 3, 5: the paper's placement) is a top-1 mixture of 8
+    experts."""
+    return dataclasses.replace(vanilla(), ffn=SwitchConfig(layers="odd", n_experts=8))
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -96,6 +104,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "sparse-topk": sparse_topk,
     "bert": bert,
     "linformer": linformer,
+    "switch": switch,
 }
 
 

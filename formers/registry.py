@@ -18,6 +18,7 @@ from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
 from formers.variants.linformer import LinformerAttention
 from formers.variants.primer_ez import MultiDConvHeadAttention
+from formers.variants.switch import SwitchFeedForward
 from formers.variants.topk import TopKAttention
 from formers.variants.xl import RelativeMultiHeadAttention, XLBlock
 from formers.variants.xl_primer import PrimerXLAttention
@@ -31,7 +32,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "linformer": LinformerAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
-FFN: dict[str, type[nn.Module]] = {"dense": FeedForward}
+FFN: dict[str, type[nn.Module]] = {"dense": FeedForward, "switch": SwitchFeedForward}
 
 ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {
     kind: module.config_class for kind, module in ATTENTION.items()

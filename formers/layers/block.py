@@ -106,11 +106,12 @@ class Block(nn.Module):
         Args:
             x: (B, T, D) the layer's input.
             mask: which keys each position may attend to.
-            state: the layer's decoding state (`new_state()`), read and extended in place.
+            state: the layer's decoding state (`new_state()`), read and extended in place; the
+                feed-forward network gets it too, for networks that remember earlier positions.
             valid: (B, T) bool, False at padding positions (for the feed-forward network).
         """
         x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
-        return self.ffn_res(x, lambda h: self.ffn(h, valid))
+        return self.ffn_res(x, lambda h: self.ffn(h, valid, state))
 
 
 class DecoderBlock(nn.Module):
@@ -143,4 +144,4 @@ class DecoderBlock(nn.Module):
         """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
         x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
         x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
-        return self.ffn_res(x, lambda h: self.ffn(h, valid))
+        return self.ffn_res(x, lambda h: self.ffn(h, valid, state))

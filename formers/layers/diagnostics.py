@@ -30,6 +30,13 @@ class Reports:
         self.aux_loss = None
         self.metrics = {}
 
+    def __getstate__(self) -> dict:
+        """A copy or pickle (`copy.deepcopy`, `torch.save(model)`) leaves the last pass's reports
+        behind: its aux_loss is part of that pass's autograd graph, which cannot be copied."""
+        state = dict(super().__getstate__())
+        state.update(aux_loss=None, metrics={})
+        return state
+
 
 class Diagnostics:
     """The reporting modules of one model, reset and collected once per forward pass.

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from formers.config import FFNConfig, ModelConfig
+from formers.layers.cache import LayerState
 
 
 def squared_relu(x: Tensor) -> Tensor:
@@ -57,7 +58,11 @@ class FeedForward(nn.Module):
         """Build one layer's network from the model config and that layer's options."""
         return cls(cfg.d_model, cfg.d_ff, options.activation, cfg.ffn_dropout, options.bias)
 
-    def forward(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
-        """(B, T, D) -> (B, T, D); `valid` (B, T), False at padding, matters to networks that
-        share capacity between tokens (Switch) and is ignored here."""
+    def forward(
+        self, x: Tensor, valid: Tensor | None = None, state: LayerState | None = None
+    ) -> Tensor:
+        """(B, T, D) -> (B, T, D). Networks that share capacity between tokens (Switch) read
+        `valid` (B, T), False at padding, and, when decoding, keep what they must remember of
+        earlier positions on the layer's decoding state `state` (tensors under names of their
+        own, so `LayerState.reorder` keeps them aligned); both are ignored here."""
         return self.down(self.dropout(self.activation(self.up(x))))  # (B, T, F) inside

@@ -84,12 +84,12 @@ class ProbeFFN(FeedForward, Reports):
         self.report, self.seen_valid = True, []
         self.clear_reports()
 
-    def forward(self, x, valid=None):
+    def forward(self, x, valid=None, state=None):
         self.seen_valid.append(valid)
         if self.report:
             self.aux_loss = x.float().pow(2).mean()
             self.metrics = {"mean": x.detach().float().mean()}
-        return super().forward(x, valid)
+        return super().forward(x, valid, state)
 
 
 @pytest.fixture

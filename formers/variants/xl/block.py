@@ -107,6 +107,6 @@ class XLBlock(Block):
             return self.attn(h, context=context, mask=allowed)
 
         out = self.attn_res(x, attend)
-        out = self.ffn_res(out, lambda h: self.ffn(h, valid))
+        out = self.ffn_res(out, lambda h: self.ffn(h, valid, memory))
         memory.remember(x)
         return out
