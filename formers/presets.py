@@ -11,6 +11,7 @@ from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.primer_ez import MDHAConfig
+from formers.variants.routing import RoutingConfig
 from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
 from formers.variants.xl_primer import primer_xl
@@ -55,6 +56,13 @@ def sparse_topk() -> ModelConfig:
     return dataclasses.replace(vanilla(), attention=TopKConfig(top_k=8))
 
 
+def routing() -> ModelConfig:
+    """Routing Transformer (Roy et al. 2020): vanilla whose heads are half local (a window of 128
+    to 255 positions) and half routed by online k-means (32 clusters, blocks of 32 members:
+    about √T clusters of T/32 tokens at T = 1,024)."""
+    return dataclasses.replace(vanilla(), attention=RoutingConfig())
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -65,6 +73,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer-xl-enwik8": transformer_xl_enwik8,
     "primer-xl": primer_xl,
     "sparse-topk": sparse_topk,
+    "routing": routing,
 }
 
 

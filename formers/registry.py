@@ -17,6 +17,7 @@ from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
 from formers.variants.primer_ez import MultiDConvHeadAttention
+from formers.variants.routing import RoutingAttention
 from formers.variants.topk import TopKAttention
 from formers.variants.xl import RelativeMultiHeadAttention, XLBlock
 from formers.variants.xl_primer import PrimerXLAttention
@@ -27,6 +28,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "xl": RelativeMultiHeadAttention,
     "primer_xl": PrimerXLAttention,
     "topk": TopKAttention,
+    "routing": RoutingAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward}
