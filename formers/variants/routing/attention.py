@@ -189,14 +189,27 @@ class RoutingAttention(MultiHeadAttention, Reports):
         local, valid = self.local_heads, mask.key_valid
         dropout = self.dropout if self.training else 0.0
         out = routed_attention(
-            routed, routed, v[:, local:], clusters, self.n_clusters, self.window,
-            causal=mask.causal, exclude_self=True, key_valid=valid, dropout=dropout,
+            routed,
+            routed,
+            v[:, local:],
+            clusters,
+            self.n_clusters,
+            self.window,
+            causal=mask.causal,
+            exclude_self=True,
+            key_valid=valid,
+            dropout=dropout,
         )  # (B, R, T, K)
         if local == 0:
             return out
         out_local = local_attention(
-            q[:, :local], k[:, :local], v[:, :local], self.local_window,
-            causal=mask.causal, key_valid=valid, dropout=dropout,
+            q[:, :local],
+            k[:, :local],
+            v[:, :local],
+            self.local_window,
+            causal=mask.causal,
+            key_valid=valid,
+            dropout=dropout,
         )  # (B, L, T, K)
         return torch.cat([out_local, out], dim=1)
 
@@ -242,9 +255,17 @@ class RoutingAttention(MultiHeadAttention, Reports):
         groups = [(0, local, self.local_window, False), (local, heads, self.window, True)]
         outs = [
             ranked_attention(
-                q[:, a:b], state.k[:, a:b], state.v[:, a:b], clusters[:, a:b], rank[:, a:b],
-                state.cluster[:, a:b], state.rank[:, a:b], state.key_ok, window,
-                causal=mask.causal, exclude_self=exclude,
+                q[:, a:b],
+                state.k[:, a:b],
+                state.v[:, a:b],
+                clusters[:, a:b],
+                rank[:, a:b],
+                state.cluster[:, a:b],
+                state.rank[:, a:b],
+                state.key_ok,
+                window,
+                causal=mask.causal,
+                exclude_self=exclude,
             )
             for a, b, window, exclude in groups
             if b > a

@@ -79,8 +79,9 @@ def cluster_layout(clusters: Tensor, n_clusters: int, window: int) -> BlockLayou
     n_blocks = max(int(blocks.sum(-1).max()), 1)  # the busiest (row, head) sets N
     slot_of_token = first_block.gather(-1, clusters) * window + ranks.rank  # (B, H, T)
     token_of_slot = clusters.new_full((batch, heads, n_blocks * window), length)
-    token_of_slot.scatter_(-1, slot_of_token, torch.arange(length, device=clusters.device)
-                           .expand(batch, heads, length))
+    token_of_slot.scatter_(
+        -1, slot_of_token, torch.arange(length, device=clusters.device).expand(batch, heads, length)
+    )
     block_cluster = clusters.new_full((batch, heads, n_blocks), -1)
     block_cluster.scatter_(-1, slot_of_token // window, clusters)
     return BlockLayout(token_of_slot, slot_of_token, block_cluster, ranks)
@@ -149,8 +150,12 @@ def attend_in_blocks(
     # zero its output (as in MultiHeadAttention.fused_attention).
     mask = (allowed | ~has_key).expand(batch, heads, -1, -1, -1).flatten(1, 2)  # (B, H·N, W, M)
     out = F.scaled_dot_product_attention(
-        q.flatten(1, 2), keys.flatten(1, 2), values.flatten(1, 2),
-        attn_mask=mask, dropout_p=dropout, scale=scale,
+        q.flatten(1, 2),
+        keys.flatten(1, 2),
+        values.flatten(1, 2),
+        attn_mask=mask,
+        dropout_p=dropout,
+        scale=scale,
     )  # (B, H·N, W, K)
     return out.view(batch, heads, n_blocks, window, -1).masked_fill(~has_key, 0.0)
 
@@ -201,8 +206,15 @@ def routed_attention(
     valid = F.pad(valid, (0, 1), value=False)[:, None].expand(-1, heads, -1)  # (B, H, T + 1)
     key_ok = valid.gather(-1, layout.token_of_slot).view(batch, heads, n_blocks, window)
     out = attend_in_blocks(
-        q_blk, k_blk, blocked(v), layout.block_cluster, key_ok,
-        causal=causal, exclude_self=exclude_self, scale=scale, dropout=dropout,
+        q_blk,
+        k_blk,
+        blocked(v),
+        layout.block_cluster,
+        key_ok,
+        causal=causal,
+        exclude_self=exclude_self,
+        scale=scale,
+        dropout=dropout,
     )  # (B, H, N, W, K)
     out = out.view(batch, heads, n_blocks * window, -1)
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))
@@ -243,8 +255,15 @@ def local_attention(
     key_ok = F.pad(valid, (0, tail), value=False).view(batch, 1, n_blocks, window)
     block_cluster = torch.zeros(1, 1, n_blocks, dtype=torch.long, device=q.device)
     out = attend_in_blocks(
-        blocked(q), blocked(k), blocked(v), block_cluster, key_ok,
-        causal=causal, exclude_self=False, scale=scale, dropout=dropout,
+        blocked(q),
+        blocked(k),
+        blocked(v),
+        block_cluster,
+        key_ok,
+        causal=causal,
+        exclude_self=False,
+        scale=scale,
+        dropout=dropout,
     )
     return out.view(batch, heads, n_blocks * window, -1)[:, :, :length]
 
