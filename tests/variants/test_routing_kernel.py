@@ -32,10 +32,7 @@ def visible_keys(clusters, key_valid, window, causal, exclude_self, none):
                 if clusters[j] != clusters[i] or not key_valid[j]:
                     continue
                 bi, bj = rank[i] // window, rank[j] // window
-                if causal:
-                    ok = rank[j] <= rank[i] and bj >= bi - 1
-                else:
-                    ok = abs(bj - bi) <= 1
+                ok = rank[j] <= rank[i] and bj >= bi - 1 if causal else abs(bj - bi) <= 1
                 if ok and not (exclude_self and j == i):
                     keys.append(j)
             if exclude_self and not keys and key_valid[i]:
@@ -94,8 +91,15 @@ def test_cluster_blocks_equal_the_float64_reference(seed, causal, exclude_self):
     for x in (q, k, v):
         x.requires_grad_(True)
     got = routed_attention(
-        q, k, v, clusters, n_clusters, window,
-        causal=causal, exclude_self=exclude_self, key_valid=key_valid,
+        q,
+        k,
+        v,
+        clusters,
+        n_clusters,
+        window,
+        causal=causal,
+        exclude_self=exclude_self,
+        key_valid=key_valid,
     )
     want = reference(q, k, v, clusters, window, causal, exclude_self, key_valid, n_clusters)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
@@ -121,18 +125,36 @@ def test_local_blocks_equal_the_reference_with_one_cluster(seed, causal):
 def test_the_dense_ranked_twin_equals_the_reference(seed, causal):
     q, k, v, clusters, n_clusters, window, key_valid = random_case(seed, shared=True)
     ranks = cluster_ranks(clusters, n_clusters).rank
-    ok = (torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_valid is None else key_valid)
+    ok = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if key_valid is None else key_valid
     want = reference(q, k, v, clusters, window, causal, True, key_valid, n_clusters)
     got = ranked_attention(
-        q, k, v, clusters, ranks, clusters, ranks, ok[:, None], window,
-        causal=causal, exclude_self=True,
+        q,
+        k,
+        v,
+        clusters,
+        ranks,
+        clusters,
+        ranks,
+        ok[:, None],
+        window,
+        causal=causal,
+        exclude_self=True,
     )
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
     # decoding: the last queries alone against every key give their rows of the full result
     tail = max(1, q.shape[2] // 3)
     part = ranked_attention(
-        q[:, :, -tail:], k, v, clusters[..., -tail:], ranks[..., -tail:], clusters, ranks,
-        ok[:, None], window, causal=causal, exclude_self=True,
+        q[:, :, -tail:],
+        k,
+        v,
+        clusters[..., -tail:],
+        ranks[..., -tail:],
+        clusters,
+        ranks,
+        ok[:, None],
+        window,
+        causal=causal,
+        exclude_self=True,
     )
     torch.testing.assert_close(part, want[:, :, -tail:], atol=1e-12, rtol=1e-12)
 
@@ -155,8 +177,9 @@ def test_one_cluster_covering_every_token_is_full_causal_attention(length):
     local = local_attention(q, k, v, length, causal=True)
     torch.testing.assert_close(local, full, atol=1e-12, rtol=1e-12)
     both_ways = routed_attention(q, k, v, one, 1, length, causal=False, exclude_self=False)
-    torch.testing.assert_close(both_ways, F.scaled_dot_product_attention(q, k, v), atol=1e-12,
-                               rtol=1e-12)
+    torch.testing.assert_close(
+        both_ways, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -194,3 +217,30 @@ def test_no_tensor_grows_with_the_square_of_the_length():
     with Spy():
         routed_attention(q, q, q, clusters, 8, window, causal=True, exclude_self=True)
     assert max(seen) < length * length // 4
+
+
+def test_routed_dropout_is_drawn_per_pair_of_positions_so_later_tokens_cannot_move_it():
+    torch.manual_seed(5)
+    length, t = 40, 17
+    q, v = torch.randn(2, 2, length, 8), torch.randn(2, 2, length, 8)
+    clusters = torch.randint(0, 3, (2, 2, length))
+    later = clusters.clone()
+    later[..., t + 1 :] = torch.randint(0, 3, (2, 2, length - t - 1))  # other blocks after t
+
+    def run(c):
+        torch.manual_seed(9)
+        return routed_attention(q, q, v, c, 3, 4, causal=True, exclude_self=True, dropout=0.5)
+
+    base = run(clusters)
+    torch.testing.assert_close(run(later)[:, :, : t + 1], base[:, :, : t + 1], atol=1e-6, rtol=0)
+    plain = routed_attention(q, q, v, clusters, 3, 4, causal=True, exclude_self=True)
+    assert not torch.allclose(base, plain, atol=1e-3)  # dropout did act
+    keep = routed_dropout_keep_fraction(0.3)
+    assert abs(keep - 0.7) < 0.01
+
+
+def routed_dropout_keep_fraction(p):
+    from formers.variants.routing.blocks import pair_dropout
+
+    positions = torch.arange(64 * 64).view(1, 1, 64, 64)
+    return pair_dropout(123, positions, positions.flip(-1), p).float().mean().item()

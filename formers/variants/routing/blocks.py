@@ -17,6 +17,11 @@ With `exclude_self` (shared queries and keys: a query's score with its own key i
 possible, Kitaev et al. 2020 §2.3), a query does not see its own key unless it sees no other,
 then it sees only itself. A query that sees no key at all gets a zero output, never NaN.
 
+Dropout on the weights of routed heads is drawn per (row, head, query position, key position)
+from one seed (`pair_dropout`), not by the fused kernel: the kernel's draws follow the layout of
+the blocks, which depends on how many tokens each cluster gets over the whole sequence, so a
+token after t would reshuffle the dropout of the queries before it.
+
 Local heads are the same kernel with every token in one cluster: blocks of consecutive positions
 (`local_attention`, no sorting). `ranked_attention` is the same rule as a dense mask over any
 keys, for decoding with a cache (one query against all keys so far) and as the naive twin.
@@ -27,11 +32,14 @@ W window (queries per block), M keys per block (2W causal, 3W not).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from formers.layers.mask import mask_scores
 
 
 class ClusterRanks(NamedTuple):
@@ -87,6 +95,29 @@ def cluster_layout(clusters: Tensor, n_clusters: int, window: int) -> BlockLayou
     return BlockLayout(token_of_slot, slot_of_token, block_cluster, ranks)
 
 
+_BITS31 = 0x7FFFFFFF
+
+
+def _mix(x: Tensor) -> Tensor:
+    """One step of a 31-bit integer hash (multiply, xor-shift); no product passes 2⁶³."""
+    x = (x * 1103515245 + 12345) & _BITS31
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _BITS31
+    return x ^ (x >> 15)
+
+
+def pair_dropout(seed: int, q_pos: Tensor, k_pos: Tensor, p: float) -> Tensor:
+    """Keep-mask (B, H, N, W, M) for dropout with rate p, a function of the seed and of each
+    pair's row, head, query position (q_pos, (B, H, N, W)) and key position (k_pos,
+    (B, H, N, M)) only, so it is the same whatever else the sequence holds."""
+    batch, heads = q_pos.shape[:2]
+    rows = torch.arange(batch, device=q_pos.device).view(batch, 1, 1, 1, 1)
+    head = torch.arange(heads, device=q_pos.device).view(1, heads, 1, 1, 1)
+    x = _mix(_mix(rows ^ seed) ^ head)
+    x = _mix(_mix(x ^ q_pos[..., :, None]) ^ k_pos[..., None, :])  # (B, H, N, W, M)
+    return x >= round(p * 2**31)
+
+
 def _neighbour(x: Tensor, offset: int, fill: float | bool | int) -> Tensor:
     """x (B, H, N, ...) shifted along N so that entry n holds block n + offset (`fill` outside)."""
     if offset == 0:
@@ -108,6 +139,7 @@ def attend_in_blocks(
     exclude_self: bool,
     scale: float | None = None,
     dropout: float = 0.0,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """Each block of queries against its own and neighbouring blocks of the same cluster.
 
@@ -121,6 +153,8 @@ def attend_in_blocks(
         exclude_self: a query sees its own slot only when it sees no other key.
         scale: score scale; None is 1/√K.
         dropout: dropout on the attention weights.
+        positions: (B, H, N, W) long, the position of each slot's token: dropout is then drawn
+            per pair of positions (`pair_dropout`) instead of by the fused kernel.
 
     Returns:
         (B, H, N, W, K); zero for a query that sees no key.
@@ -146,6 +180,14 @@ def attend_in_blocks(
     keys = torch.cat([_neighbour(k, o, 0.0) for o in offsets], dim=3)  # (B, H, N, M, K)
     values = torch.cat([_neighbour(v, o, 0.0) for o in offsets], dim=3)
     has_key = allowed.any(-1, keepdim=True)  # (B, H, N, W, 1)
+    if dropout > 0 and positions is not None:
+        seed = int(torch.randint(0, _BITS31, ()))  # one draw, whatever the layout
+        k_pos = torch.cat([_neighbour(positions, o, -1) for o in offsets], dim=-1)  # (B,H,N,M)
+        keep = pair_dropout(seed, positions, k_pos, dropout)
+        scale = 1.0 / math.sqrt(dim) if scale is None else scale
+        scores = mask_scores((q * scale) @ keys.transpose(-2, -1), allowed)  # (B, H, N, W, M)
+        weights = torch.softmax(scores, dim=-1).masked_fill(~has_key, 0.0)
+        return (weights * keep / (1 - dropout)) @ values
     # A row with no visible key would be NaN inside the kernel: let it see everything, then
     # zero its output (as in MultiHeadAttention.fused_attention).
     mask = (allowed | ~has_key).expand(batch, heads, -1, -1, -1).flatten(1, 2)  # (B, H·N, W, M)
@@ -215,6 +257,7 @@ def routed_attention(
         exclude_self=exclude_self,
         scale=scale,
         dropout=dropout,
+        positions=layout.token_of_slot.view(batch, heads, n_blocks, window),
     )  # (B, H, N, W, K)
     out = out.view(batch, heads, n_blocks * window, -1)
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))

@@ -35,11 +35,16 @@ from torch import Tensor, nn
 INIT_ITERATIONS = 10
 
 
+def wide(x: Tensor) -> Tensor:
+    """x in at least fp32: the statistics of bf16/fp16 training, kept exact in fp64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def nearest_centroid(x: Tensor, centroids: Tensor) -> Tensor:
     """(B, H, T, K) vectors, (H, C, K) centroids -> (B, H, T) index of the nearest (Euclidean),
-    computed in fp32 so low-precision training assigns as fp32 would."""
-    centroids = centroids.float()
-    scores = x.float() @ centroids.transpose(-2, -1)  # (B, H, T, C)
+    computed in fp32 (at least) so low-precision training assigns as fp32 would."""
+    centroids = wide(centroids)
+    scores = wide(x).to(centroids.dtype) @ centroids.transpose(-2, -1)  # (B, H, T, C)
     return (scores - 0.5 * centroids.pow(2).sum(-1)[:, None, :]).argmax(-1)
 
 
@@ -55,16 +60,16 @@ def lloyd(points: Tensor, centroids: Tensor, iterations: int) -> Tensor:
 
 
 def cluster_sums(x: Tensor, clusters: Tensor, n_clusters: int) -> tuple[Tensor, Tensor]:
-    """Sum (H, C, K) and count (H, C) of the fp32 vectors x (B, H, T, K) per cluster over the
+    """Sum (H, C, K) and count (H, C) of the (widened) vectors x (B, H, T, K) per cluster over the
     batch; ids equal to n_clusters (no cluster: padding) are left out."""
     batch, heads, length, dim = x.shape
     flat = clusters.transpose(0, 1).reshape(heads, -1)  # (H, B·T)
     flat = flat + torch.arange(heads, device=x.device)[:, None] * (n_clusters + 1)
-    vectors = x.float().transpose(0, 1).reshape(heads * batch * length, dim)
-    sums = x.new_zeros(heads * (n_clusters + 1), dim, dtype=torch.float32)
+    vectors = wide(x).transpose(0, 1).reshape(heads * batch * length, dim)
+    sums = vectors.new_zeros(heads * (n_clusters + 1), dim)
     sums.index_add_(0, flat.reshape(-1), vectors)
-    counts = torch.zeros(heads * (n_clusters + 1), device=x.device)
-    counts.index_add_(0, flat.reshape(-1), torch.ones_like(flat.reshape(-1), dtype=torch.float32))
+    counts = vectors.new_zeros(heads * (n_clusters + 1))
+    counts.index_add_(0, flat.reshape(-1), torch.ones_like(vectors[:, 0]))
     sums = sums.view(heads, n_clusters + 1, dim)[:, :n_clusters]
     return sums, counts.view(heads, n_clusters + 1)[:, :n_clusters]
 
@@ -108,10 +113,10 @@ class OnlineKMeans(nn.Module):
         heads = torch.arange(x.shape[1], device=x.device)[:, None]
         safe = clusters.clamp(max=self.n_clusters - 1)  # padding: any centroid, masked below
         nearest = self.centroids[heads, safe].to(x.dtype)  # (B, H, T, K), no gradient (buffer)
-        squared = (x - nearest).pow(2).float().mean(-1)  # (B, H, T)
+        squared = wide((x - nearest).pow(2)).mean(-1)  # (B, H, T)
         if valid is None:
             return squared.mean()
-        weights = valid[:, None].expand_as(squared).float()
+        weights = valid[:, None].expand_as(squared).to(squared.dtype)
         return (squared * weights).sum() / weights.sum().clamp(min=1)
 
     def update_on_backward(self, x: Tensor, clusters: Tensor) -> None:
@@ -128,7 +133,7 @@ class OnlineKMeans(nn.Module):
         points = None
         if not self.ready:  # keep the valid vectors (every head has the same) to start from
             keep = clusters[:, 0] < self.n_clusters  # (B, T)
-            points = vectors.float().transpose(0, 1)[:, keep]  # (H, N, K)
+            points = wide(vectors).transpose(0, 1)[:, keep]  # (H, N, K)
         done: list[bool] = []
 
         def hook(grad: Tensor) -> None:
@@ -151,5 +156,6 @@ class OnlineKMeans(nn.Module):
             self.initialised.fill_(True)
             return
         means = sums / counts.clamp(min=1)[..., None]
-        moved = self.decay * self.centroids.float() + (1 - self.decay) * means
-        self.centroids.copy_(torch.where(counts[..., None] > 0, moved, self.centroids.float()))
+        old = wide(self.centroids)
+        moved = self.decay * old + (1 - self.decay) * means.to(old.dtype)
+        self.centroids.copy_(torch.where(counts[..., None] > 0, moved, old))
