@@ -279,3 +279,16 @@ def test_preset_splits_the_heads_between_local_and_routed():
 def test_bad_options_name_the_field(field, value):
     with pytest.raises(formers.ConfigError, match=f"attention.{field}"):
         formers.config("routing", **{f"attention.{field}": value})
+
+
+def test_a_cluster_without_members_keeps_its_centroid():
+    from formers.variants.routing import OnlineKMeans
+
+    kmeans = OnlineKMeans(1, 3, 2, decay=0.5).double()
+    kmeans.centroids.copy_(torch.tensor([[[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]]))
+    kmeans.initialised.fill_(True)
+    sums = torch.tensor([[[4.0, 2.0], [0.0, 0.0], [-3.0, 3.0]]], dtype=torch.float64)
+    counts = torch.tensor([[2.0, 0.0, 3.0]], dtype=torch.float64)
+    kmeans.update(sums, counts)
+    want = torch.tensor([[[1.5, 0.5], [0.0, 1.0], [-1.0, 0.0]]], dtype=torch.float64)
+    torch.testing.assert_close(kmeans.centroids, want, atol=1e-15, rtol=0)
