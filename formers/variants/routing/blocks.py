@@ -132,6 +132,7 @@ def attend_in_blocks(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    token_of_slot: Tensor,
     block_cluster: Tensor,
     key_ok: Tensor,
     *,
@@ -139,67 +140,85 @@ def attend_in_blocks(
     exclude_self: bool,
     scale: float | None = None,
     dropout: float = 0.0,
-    positions: Tensor | None = None,
+    pair_dropout_positions: bool = False,
 ) -> Tensor:
     """Each block of queries against its own and neighbouring blocks of the same cluster.
 
     Args:
-        q, k, v: (B, H, N, W, K) blocked queries, keys and values (slot i of a block holds the
-            same token in all three).
+        q, k, v: (B, H, T, K) in order of position.
+        token_of_slot: (B|1, H|1, N·W) long, the token in each slot of the layout, T if empty.
         block_cluster: (B|1, H|1, N) cluster of each block, -1 for an empty one.
-        key_ok: (B, H|1, N, W) bool, True where a slot holds a key that may be seen.
+        key_ok: (B|1, H|1, N·W) bool, True where a slot holds a key that may be seen.
         causal: own block up to the query's slot, plus the previous block; else the previous,
             own and next blocks whole.
         exclude_self: a query sees its own slot only when it sees no other key.
         scale: score scale; None is 1/√K.
         dropout: dropout on the attention weights.
-        positions: (B, H, N, W) long, the position of each slot's token: dropout is then drawn
-            per pair of positions (`pair_dropout`) instead of by the fused kernel.
+        pair_dropout_positions: draw dropout per pair of positions (`pair_dropout`) instead of
+            in the fused kernel, whose draws follow the layout.
 
     Returns:
-        (B, H, N, W, K); zero for a query that sees no key.
+        (B, H, N·W, K) by slot; zero for a query that sees no key or an empty slot.
     """
-    batch, heads, n_blocks, window, dim = q.shape
+    batch, heads, length, dim = q.shape
+    n_blocks = block_cluster.shape[-1]
+    window = token_of_slot.shape[-1] // n_blocks
     offsets = (-1, 0) if causal else (-1, 0, 1)
+    slots = token_of_slot.view(*token_of_slot.shape[:2], n_blocks, window)  # (B|1, H|1, N, W)
+    key_slots = torch.cat([_neighbour(slots, o, length) for o in offsets], dim=-1)  # (., N, M)
+
+    def gather(x: Tensor, index: Tensor) -> Tensor:  # rows `index` of x (empty slots: any)
+        index = index.clamp(max=length - 1).flatten(2)[..., None]
+        return x.gather(2, index.expand(batch, heads, -1, x.shape[-1]))
+
+    q_blk = gather(q, slots).view(batch, heads, n_blocks, window, -1)  # (B, H, N, W, K)
+    keys = gather(k, key_slots).view(batch, heads, n_blocks, -1, dim)  # (B, H, N, M, K)
+    values = gather(v, key_slots).view(batch, heads, n_blocks, -1, v.shape[-1])
+
     eye = torch.eye(window, dtype=torch.bool, device=q.device)
     own = torch.ones(window, window, dtype=torch.bool, device=q.device)
     if causal:
         own = own.tril()
     if exclude_self:
         own = own & ~eye
+    ok_slots = key_ok.view(*key_ok.shape[:2], n_blocks, window)
     parts = []
     for offset in offsets:
         same = (_neighbour(block_cluster, offset, -2) == block_cluster) & (block_cluster >= 0)
-        ok = _neighbour(key_ok, offset, False)  # (B, H|1, N, W)
-        part = same[..., None, None] & ok[..., None, :]  # (B, H, N, 1|W, W)
+        ok = _neighbour(ok_slots, offset, False)  # (B|1, H|1, N, W)
+        part = same[..., None, None] & ok[..., None, :]  # (., N, 1, W)
         parts.append(part & own if offset == 0 else part.expand(-1, -1, -1, window, -1))
     if exclude_self:
-        alone = ~torch.stack([p.any(-1) for p in parts]).any(0)  # (B, H, N, W) no other key
-        parts[1] = parts[1] | (alone[..., None] & eye & key_ok[..., None, :])
-    allowed = torch.cat(parts, dim=-1)  # (B, H, N, W, M)
-    keys = torch.cat([_neighbour(k, o, 0.0) for o in offsets], dim=3)  # (B, H, N, M, K)
-    values = torch.cat([_neighbour(v, o, 0.0) for o in offsets], dim=3)
-    has_key = allowed.any(-1, keepdim=True)  # (B, H, N, W, 1)
-    if dropout > 0 and positions is not None:
+        alone = ~torch.stack([p.any(-1) for p in parts]).any(0)  # (., N, W) no other key
+        parts[1] = parts[1] | (alone[..., None] & eye & ok_slots[..., None, :])
+    allowed = torch.cat(parts, dim=-1)  # (B|1, H|1, N, W, M)
+    has_key = allowed.any(-1, keepdim=True)  # (., N, W, 1)
+    if dropout > 0 and pair_dropout_positions:
         seed = int(torch.randint(0, _BITS31, ()))  # one draw, whatever the layout
-        k_pos = torch.cat([_neighbour(positions, o, -1) for o in offsets], dim=-1)  # (B,H,N,M)
-        keep = pair_dropout(seed, positions, k_pos, dropout)
+        keep = pair_dropout(
+            seed,
+            slots.expand(batch, heads, -1, -1),
+            key_slots.expand(batch, heads, -1, -1),
+            dropout,
+        )
         scale = 1.0 / math.sqrt(dim) if scale is None else scale
-        scores = mask_scores((q * scale) @ keys.transpose(-2, -1), allowed)  # (B, H, N, W, M)
+        scores = mask_scores((q_blk * scale) @ keys.transpose(-2, -1), allowed)  # (B,H,N,W,M)
         weights = torch.softmax(scores, dim=-1).masked_fill(~has_key, 0.0)
-        return (weights * keep / (1 - dropout)) @ values
+        out = (weights * keep / (1 - dropout)) @ values
+        return out.view(batch, heads, n_blocks * window, -1)
     # A row with no visible key would be NaN inside the kernel: let it see everything, then
     # zero its output (as in MultiHeadAttention.fused_attention).
     mask = (allowed | ~has_key).expand(batch, heads, -1, -1, -1).flatten(1, 2)  # (B, H·N, W, M)
     out = F.scaled_dot_product_attention(
-        q.flatten(1, 2),
+        q_blk.flatten(1, 2),
         keys.flatten(1, 2),
         values.flatten(1, 2),
         attn_mask=mask,
         dropout_p=dropout,
         scale=scale,
     )  # (B, H·N, W, K)
-    return out.view(batch, heads, n_blocks, window, -1).masked_fill(~has_key, 0.0)
+    out = out.view(batch, heads, n_blocks, window, -1).masked_fill(~has_key, 0.0)
+    return out.view(batch, heads, n_blocks * window, -1)
 
 
 def routed_attention(
@@ -231,35 +250,24 @@ def routed_attention(
     """
     batch, heads, length, dim = q.shape
     layout = cluster_layout(clusters, n_clusters, window)
-    n_blocks = layout.block_cluster.shape[-1]
-    index = layout.token_of_slot[..., None]  # (B, H, N·W, 1)
-
-    def blocked(x: Tensor) -> Tensor:  # (B, H, T, K) -> (B, H, N, W, K); empty slots are 0
-        x = F.pad(x, (0, 0, 0, 1))  # token T: the empty slot
-        return x.gather(2, index.expand(-1, -1, -1, x.shape[-1])).view(
-            batch, heads, n_blocks, window, -1
-        )
-
-    q_blk = blocked(q)
-    k_blk = q_blk if k is q else blocked(k)
     valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
     if key_valid is not None:
         valid = key_valid
     valid = F.pad(valid, (0, 1), value=False)[:, None].expand(-1, heads, -1)  # (B, H, T + 1)
-    key_ok = valid.gather(-1, layout.token_of_slot).view(batch, heads, n_blocks, window)
+    key_ok = valid.gather(-1, layout.token_of_slot)  # (B, H, N·W), empty slots False
     out = attend_in_blocks(
-        q_blk,
-        k_blk,
-        blocked(v),
+        q,
+        k,
+        v,
+        layout.token_of_slot,
         layout.block_cluster,
         key_ok,
         causal=causal,
         exclude_self=exclude_self,
         scale=scale,
         dropout=dropout,
-        positions=layout.token_of_slot.view(batch, heads, n_blocks, window),
-    )  # (B, H, N, W, K)
-    out = out.view(batch, heads, n_blocks * window, -1)
+        pair_dropout_positions=True,
+    )  # (B, H, N·W, K)
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))
 
 
@@ -287,20 +295,17 @@ def local_attention(
     """
     batch, heads, length, dim = q.shape
     n_blocks = -(-length // window)
-    tail = n_blocks * window - length
-
-    def blocked(x: Tensor) -> Tensor:  # (B, H, T, K) -> (B, H, N, W, K)
-        return F.pad(x, (0, 0, 0, tail)).view(batch, heads, n_blocks, window, -1)
-
+    slots = torch.arange(n_blocks * window, device=q.device).clamp(max=length)[None, None]
     valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
     if key_valid is not None:
         valid = key_valid
-    key_ok = F.pad(valid, (0, tail), value=False).view(batch, 1, n_blocks, window)
+    key_ok = F.pad(valid, (0, n_blocks * window - length), value=False)[:, None]  # (B, 1, N·W)
     block_cluster = torch.zeros(1, 1, n_blocks, dtype=torch.long, device=q.device)
     out = attend_in_blocks(
-        blocked(q),
-        blocked(k),
-        blocked(v),
+        q,
+        k,
+        v,
+        slots,
         block_cluster,
         key_ok,
         causal=causal,
@@ -308,7 +313,7 @@ def local_attention(
         scale=scale,
         dropout=dropout,
     )
-    return out.view(batch, heads, n_blocks * window, -1)[:, :, :length]
+    return out[:, :, :length]
 
 
 def ranked_attention(
