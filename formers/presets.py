@@ -58,8 +58,8 @@ def sparse_topk() -> ModelConfig:
 
 def routing() -> ModelConfig:
     """Routing Transformer (Roy et al. 2020): vanilla whose heads are half local (a window of 128
-    to 255 positions) and half routed by online k-means (32 clusters, blocks of 32 members:
-    about √T clusters of T/32 tokens at T = 1,024)."""
+    to 255 positions) and half routed by online k-means (32 clusters, a query seeing up to 32
+    members of its cluster: about √T clusters of √T tokens at T = 1,024)."""
     return dataclasses.replace(vanilla(), attention=RoutingConfig())
 
 

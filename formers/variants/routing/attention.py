@@ -18,7 +18,7 @@ Our choices, and why:
     sequence, which makes membership depend on later tokens), and a cluster's members are cut
     into blocks by rank, which depends only on earlier tokens. The balance that costs: clusters
     are not forced to the same size; a big cluster spans several blocks (a query sees its
-    cluster's most recent 2·window − 1 members, not all of them) and a small one pads its block.
+    cluster's most recent `window` members, not all of them) and a small one pads its block.
   - no token in several clusters and none left out (each has one nearest centroid), so no
     scatter-mean of outputs; padding is in no cluster and sees nothing.
   - a routed query does not attend to its own key (with q = k it has the highest possible score)
@@ -86,7 +86,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         d_model: model width D.
         n_heads: heads H.
         n_clusters: centroids per routed head C.
-        window: members of a cluster per block.
+        window: the most members of its cluster a routed query sees (blocks of ⌈window / 2⌉).
         local_heads: heads with a local window L (< H).
         local_window: positions per local block.
         ema_decay: λ of the centroids' moving average.
@@ -113,6 +113,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
     ):
         super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
         self.n_clusters, self.window = n_clusters, window
+        self.block = (window + 1) // 2  # two blocks per query: at most `window` keys
         self.local_heads, self.local_window = local_heads, local_window
         self.commitment = commitment
         # shared W^Q/W^K for routed heads: no W^K rows for them
@@ -194,7 +195,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
             v[:, local:],
             clusters,
             self.n_clusters,
-            self.window,
+            self.block,
             causal=mask.causal,
             exclude_self=True,
             key_valid=valid,
@@ -252,7 +253,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         state.extend(k=k, v=v, cluster=clusters, rank=rank, key_ok=key_ok, counts=counts)
         if first:  # nothing before: the blocked kernels
             return self.attend_blocks(q, k, v, mask, routed_q, routed)
-        groups = [(0, local, self.local_window, False), (local, heads, self.window, True)]
+        groups = [(0, local, self.local_window, False), (local, heads, self.block, True)]
         outs = [
             ranked_attention(
                 q[:, a:b],
@@ -276,13 +277,13 @@ class RoutingAttention(MultiHeadAttention, Reports):
 
     def keys_per_query(self, seq_len: int) -> int:
         """Key slots each query is scored against: two blocks (own and previous)."""
-        return min(seq_len, 2 * max(self.window, self.local_window if self.local_heads else 0))
+        return min(seq_len, max(2 * self.block, 2 * self.local_window if self.local_heads else 0))
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """q·kᵀ and the weighted sum over two blocks per head, plus the distances to the
         centroids of the routed heads; 2 FLOPs per multiply-add."""
         routed = self.n_heads - self.local_heads
-        slots = routed * min(seq_len, 2 * self.window) + self.local_heads * min(
+        slots = routed * min(seq_len, 2 * self.block) + self.local_heads * min(
             seq_len, 2 * self.local_window
         )
         return 2.0 * self.d_head * (2 * slots + routed * self.n_clusters)

@@ -20,9 +20,11 @@ class RoutingConfig(AttentionConfig):
     Args:
         n_clusters: centroids per routed head, about √T for T tokens (the paper's
             `sparsity_cluster_size`).
-        window: members of a cluster per block; a routed query sees the members of its cluster
-            in its block and the one before: the up to 2·window − 1 most recent, itself aside
-            (the paper's `sparsity_cluster_attention_window`, about T / n_clusters).
+        window: the most members of its cluster a routed query sees, itself included (the
+            paper's `sparsity_cluster_attention_window`, about T / n_clusters: there the last
+            member of a cluster of `window` sees all of it). Clusters are cut into blocks of
+            ⌈window / 2⌉ members; a query sees its block up to itself and the block before, so
+            between ⌈window / 2⌉ and window of its cluster's most recent members.
         local_heads: heads that attend to a local window instead; None: half of the heads, the
             paper's split ("we divide the total attention head budget equally").
         local_window: positions per local block; a local query sees its block up to itself
