@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-full", type=int, default=16384, help="longest length for full")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--device", default="cpu")
     p.add_argument("--only", nargs="*", default=None, help="candidate names to keep")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--plot", type=Path, default=None)
@@ -148,19 +149,20 @@ def step_fn(module: nn.Module, forward: Callable, x: Tensor, direction: Tensor) 
 
 def measure(args: argparse.Namespace, length: int) -> dict[str, dict[str, Any]]:
     torch.manual_seed(0)
-    x = torch.randn(1, length, args.d_model)
-    direction = torch.randn(1, length, args.d_model) / length
+    device = torch.device(args.device)
+    x = torch.randn(1, length, args.d_model, device=device)
+    direction = torch.randn(1, length, args.d_model, device=device) / length
     found = candidates(args, length)
     steps = {}
     for name, (module, forward) in found.items():
-        module.train()
+        module.to(device).train()
         steps[name] = step_fn(module, forward, x, direction)
     # one step each first: fits routing's centroids (its first step initialises them)
-    seconds = interleaved(steps, repeats=args.repeats, warmup=1)
+    seconds = interleaved(steps, repeats=args.repeats, warmup=1, device=device)
     results = {}
     for name, (module, _) in found.items():
         live = [*module.parameters(), *module.buffers(), x, direction]
-        peak = peak_bytes(steps[name], live, torch.device("cpu"))
+        peak = peak_bytes(steps[name], live, device)
         results[name] = {
             "median_s": median(seconds[name]),
             "seconds": seconds[name],
@@ -211,7 +213,7 @@ def _ratio(per: dict[str, dict[str, Any]], other: str) -> str:
     return f"{per[other]['median_s'] / per['formers routing']['median_s']:.2f}×"
 
 
-def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
+def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path, device: str) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     names = sorted({n for per in results.values() for n in per}, key=_order)
@@ -232,7 +234,7 @@ def plot(results: dict[int, dict[str, dict[str, Any]]], path: Path) -> None:
         ax.set(xlabel="sequence length T", ylabel=label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("One attention layer, fwd + bwd, CPU fp32, batch 1")
+    fig.suptitle(f"One attention layer, fwd + bwd, {device} fp32, batch 1")
     save_figure(fig, path)
 
 
@@ -254,12 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {
             "args": {k: str(v) for k, v in vars(args).items()},
-            "machine": machine_info(torch.device("cpu")),
+            "machine": machine_info(torch.device(args.device)),
             "results": {str(k): v for k, v in results.items()},
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.plot:
-        plot(results, args.plot)
+        plot(results, args.plot, args.device.upper())
     return 0
 
 
