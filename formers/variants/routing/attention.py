@@ -2,12 +2,12 @@
 Transformers" (https://arxiv.org/abs/2003.05997).
 
 A query attends only to keys in its own cluster of an online k-means over queries and keys
-(§4.1–4.2), so related tokens find each other at any distance at O(T·window) cost instead of
-O(T²); the other heads attend to a local window (§4.3, "local attention heads").
+(§4), so related tokens find each other at any distance at O(T·window) cost instead of
+O(T²); the other heads attend to a local window.
 
 Diff from vanilla:
   - `project`: the routed heads share queries and keys, layer-normalised without scale or bias
-    (§4.1; the official code's `share_qk` for decoders): one (D, D) W^Q serves both, so the
+    (§4; the official code's `share_qk` for decoders): one (D, D) W^Q serves both, so the
     projection is [W^Q for every head | W^K for the local heads | W^V for every head].
   - `attend` (whole): local heads run `local_attention`; routed heads are assigned to their
     nearest centroid (`OnlineKMeans`) and run `routed_attention` inside their clusters.
@@ -161,7 +161,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         q, k_local, v = self.qkv_proj(x).split([d, local, d], dim=-1)  # (B, T, D|L·K|D)
         (q,) = self.split_heads(q, 1)
         (v,) = self.split_heads(v, 1)
-        routed = F.layer_norm(q[:, self.local_heads :], (self.d_head,))  # (B, R, T, K), §4.1
+        routed = F.layer_norm(q[:, self.local_heads :], (self.d_head,))  # (B, R, T, K), §4
         k_local = k_local.view(*k_local.shape[:2], self.local_heads, self.d_head).transpose(1, 2)
         q = torch.cat([q[:, : self.local_heads], routed], dim=1)  # (B, H, T, K)
         k = torch.cat([k_local, routed], dim=1)

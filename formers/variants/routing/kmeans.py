@@ -1,12 +1,12 @@
-"""Online k-means for routing attention (Roy et al. 2020 §4.2; van den Oord et al. 2017 §3.2).
+"""Online k-means for routing attention (Roy et al. 2020 §4; van den Oord et al. 2017 §3.2).
 
-Each routed head keeps C centroids µ_1 … µ_C of its layer-normalised query/key vectors x (§4.1:
-"we apply layer normalization to queries and keys"). A token goes to its nearest centroid,
+Each routed head keeps C centroids µ_1 … µ_C of its layer-normalised query/key vectors x (the
+paper normalises queries and keys before clustering them). A token goes to its nearest centroid,
 
     c(x) = argmin_c ‖x − µ_c‖² = argmax_c (x·µ_c − ½‖µ_c‖²),
 
 and the centroids learn by exponential moving average of the vectors assigned to them, never by
-gradient (§4.2, the VQ-VAE update with decay λ):
+gradient (§4, the VQ-VAE update with decay λ):
 
     µ_c ← λ·µ_c + (1 − λ)·mean{x : c(x) = c}        (clusters with no member keep µ_c).
 
