@@ -292,3 +292,10 @@ def test_a_cluster_without_members_keeps_its_centroid():
     kmeans.update(sums, counts)
     want = torch.tensor([[[1.5, 0.5], [0.0, 1.0], [-1.0, 0.0]]], dtype=torch.float64)
     torch.testing.assert_close(kmeans.centroids, want, atol=1e-15, rtol=0)
+
+
+def test_cost_model_counts_two_blocks_per_query_and_the_centroid_distances():
+    attn = RoutingAttention(64, 4, n_clusters=8, window=10, local_heads=1, local_window=6)
+    # routed: 3 heads × 2 blocks of 5 slots; local: 1 head × 2 blocks of 6; 3 × 8 distances
+    assert attn.score_flops_per_token(1000) == 2 * 16 * (2 * (3 * 10 + 1 * 12) + 3 * 8)
+    assert attn.keys_per_query(1000) == 12 and attn.keys_per_query(5) == 5
