@@ -171,7 +171,10 @@ def test_commitment_loss_is_its_formula_and_reaches_only_the_projections():
     assert attn.qkv_proj.weight.grad[16:].abs().sum() == 0
 
 
-@pytest.mark.parametrize("seed", range(3))
+SEEDS = [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_no_logit_sees_the_future_while_the_centroids_train(seed, mode):
     torch.manual_seed(seed)
@@ -210,15 +213,15 @@ def test_cached_decoding_equals_recomputation_with_trained_centroids():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     model.eval()
-    tokens = random_tokens(2, 26, V)
+    tokens = random_tokens(2, 20, V)
     full = model(tokens).logits
     cache = model.new_cache()
     steps = [model(tokens[:, :5], cache=cache).logits]
-    steps += [model(tokens[:, t : t + 1], cache=cache).logits for t in range(5, 26)]
+    steps += [model(tokens[:, t : t + 1], cache=cache).logits for t in range(5, 20)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     prompt = random_tokens(2, 5, V)
-    cached = generate(model, prompt, 25, temperature=0)
-    assert torch.equal(cached, generate(model, prompt, 25, temperature=0, use_cache=False))
+    cached = generate(model, prompt, 16, temperature=0)
+    assert torch.equal(cached, generate(model, prompt, 16, temperature=0, use_cache=False))
     assert len(set(cached[0, 5:].tolist())) > 2
 
 
