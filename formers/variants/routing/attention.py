@@ -218,7 +218,8 @@ class RoutingAttention(MultiHeadAttention, Reports):
         """Clusters (B, R, T) of the routed vectors x (B, R, T, K); reports the commitment loss
         and schedules the centroids' update for the training step."""
         clusters = self.kmeans.assign(x, valid)
-        counts = cluster_ranks(clusters, self.n_clusters).counts[..., :-1]  # (B, R, C)
+        counts = clusters.new_zeros(*clusters.shape[:2], self.n_clusters + 1)
+        counts = counts.scatter_add_(-1, clusters, torch.ones_like(clusters))[..., :-1]  # (B,R,C)
         tokens = counts.sum(-1).clamp(min=1)
         self.metrics = {"largest_cluster": (counts.amax(-1) / tokens).float().mean().detach()}
         if self.kmeans.ready:
