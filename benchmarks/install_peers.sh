@@ -6,5 +6,5 @@ quiet_pip() { python -m pip install --quiet --disable-pip-version-check "$@" \
   2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 quiet_pip "torch==$torch_version" -e ".[peers]"
 quiet_pip --no-deps "labml-nn==0.5.1"
-python -c "import x_transformers, transformers, labml_nn; print('peers installed')"
-python -c "import routing_transformer, linformer; print('routing peers installed')"
+python -c "import x_transformers, transformers, labml_nn, linformer; print('peers installed')"
+python -c "import routing_transformer; print('routing peers installed')"

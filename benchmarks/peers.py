@@ -47,7 +47,7 @@ import formers
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
 from formers.train.config import TrainConfig
-from formers.train.trainer import make_optimizer
+from formers.train.optim import make_optimizer
 
 
 @dataclass(frozen=True)
@@ -387,7 +387,7 @@ def run_family(
             if name in makers:
                 present, make = makers[name]
                 makers[name + COMPILED] = (present, lambda s, make=make: compiled(make(s)))
-    steps, params, skipped = {}, {}, []
+    steps, params, skipped, failed = {}, {}, [], {}
     for name, (present, make) in makers.items():
         if only and name.removesuffix(COMPILED) not in (*only, *OURS):
             continue
@@ -395,10 +395,16 @@ def run_family(
             skipped.append(name)
             continue
         torch.manual_seed(0)
-        candidate = make(s)
-        candidate.model.train()
+        try:  # a peer that breaks is a row marked failed, never the end of the run
+            candidate = make(s)
+            candidate.model.train()
+            step = train_step(candidate, x, y, precision)
+            step()  # one trial step: errors surface here, not inside the timing rounds
+        except Exception as error:  # noqa: BLE001 (any failure of a third-party library)
+            failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            continue
         params[name] = sum(p.numel() for p in candidate.model.parameters())
-        steps[name] = train_step(candidate, x, y, precision)
+        steps[name] = step
     # warmup >= 2 when there is memory (the first step runs without it), 3 when compiled (the
     # step with memory compiles a second graph)
     seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, 3 if compile_ours else 2))
@@ -419,6 +425,7 @@ def run_family(
         "params": params,
         "seconds": seconds,
         "skipped": skipped,
+        "failed": failed,
         "profile": profile_step(steps["formers"]) if profile else None,
     }
 
@@ -471,6 +478,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"formers / fastest peer: {result['formers_vs_fastest_peer']:.2f}")
     if result["compiled_formers_vs_fastest_peer"] is not None:
         print(f"formers{COMPILED} / fastest peer: {result['compiled_formers_vs_fastest_peer']:.2f}")
+    for name, reason in result.get("failed", {}).items():
+        print(f"{name:16s} failed: {reason}")
     if result["skipped"]:
         print(f"not installed: {', '.join(result['skipped'])}")
     if result.get("profile"):

@@ -30,6 +30,7 @@ import torch
 
 import formers
 from formers.bench.hardware import device_name
+from formers.models import reconfigure
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,7 +93,7 @@ def sliding_window_rate(model, length: int, args, device) -> float:
 def memory_rate(model, length: int, args, device) -> float:
     """Tokens/s of Transformer-XL predicting `tgt_len` tokens per pass with a full memory."""
     tgt_len = min(args.tgt_len, length)
-    model.reset_length(mem_len=length, same_length=True)
+    model = reconfigure(model, mem_len=length, same_length=True)
     segment = torch.randint(0, args.vocab_size, (args.batch_size, tgt_len), device=device)
     memory = None
     for _ in range(-(-length // tgt_len)):  # fill the memory to mem_len first

@@ -2,13 +2,15 @@
 
 cfg = formers.config("vanilla", n_layers=2, d_model=64, n_heads=4, vocab_size=256)
 model = formers.build(cfg)
-out = model(tokens)          # out.logits, out.loss, out.aux_loss, out.memory
+out = model(tokens)          # out.logits, out.loss, out.aux_loss, out.memory, out.metrics
+run = formers.load_run("runs/ts")   # a trained run folder: run.model, run.tokenizer, run.config
 """
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.errors import ConfigError, FormersError, InputError
 from formers.models import ModelOutput, build
 from formers.presets import PRESETS, config, config_from_dict
+from formers.run import LoadedRun, load_run
 
 __version__ = "0.1.0"
 
@@ -19,9 +21,11 @@ __all__ = [
     "FFNConfig",
     "FormersError",
     "InputError",
+    "LoadedRun",
     "ModelConfig",
     "ModelOutput",
     "build",
     "config",
     "config_from_dict",
+    "load_run",
 ]

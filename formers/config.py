@@ -57,6 +57,11 @@ class AttentionConfig:
         """What the layers that `layers` leaves out use: vanilla attention."""
         return AttentionConfig(bias=self.bias)
 
+    def for_layer(self, index: int, n_layers: int) -> AttentionConfig:
+        """This config as layer `index` of a stack of `n_layers` uses it; a variant with values
+        per layer (a window that grows with depth) returns a copy with that layer's values."""
+        return self
+
     def memory_tokens(self) -> int:
         """Past positions this attention carries from one segment to the next (its memory)."""
         return 0
@@ -91,6 +96,11 @@ class FFNConfig:
     def fallback(self) -> FFNConfig:
         """What the layers that `layers` leaves out use: the dense network, same activation."""
         return FFNConfig(activation=self.activation, bias=self.bias)
+
+    def for_layer(self, index: int, n_layers: int) -> FFNConfig:
+        """This config as layer `index` of a stack of `n_layers` uses it (see
+        `AttentionConfig.for_layer`)."""
+        return self
 
 
 def select_layers(spec: str, n_layers: int, name: str = "layers") -> list[int]:
@@ -157,6 +167,11 @@ class ModelConfig:
             attention).
         max_len: longest sequence; sizes the learned position table.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (Vaswani §3.4).
+        embed_init_std: standard deviation of the token embeddings (and of an untied output
+            layer) at initialisation; None: 1 / d_model. With tied embeddings the logit of the
+            token a position reads is then ≈ 1 at the start, so a fresh model predicts nearly
+            uniformly (its first loss ≈ ln V). d_model**-0.5 (fairseq's, unit variance after
+            the √d_model scale) starts that logit at ≈ √d_model: a fresh model repeats its input.
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
@@ -187,6 +202,7 @@ class ModelConfig:
     position: str = "sinusoidal"
     max_len: int = 1024
     scale_embeddings: bool = True
+    embed_init_std: float | None = None
     tie_embeddings: bool = True
     pad_id: int | None = None
     attention: AttentionConfig = field(default_factory=AttentionConfig)
@@ -210,6 +226,10 @@ class ModelConfig:
                 f"choose d_model as a multiple of n_heads (e.g. d_model="
                 f"{self.n_heads * max(1, round(self.d_model / self.n_heads))}) "
                 "or n_heads as a divisor of d_model"
+            )
+        if self.embed_init_std is not None and not self.embed_init_std > 0:
+            raise ConfigError(
+                f"embed_init_std={self.embed_init_std} must be positive, or None for 1/d_model"
             )
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
@@ -291,12 +311,16 @@ class ModelConfig:
     def attention_at(self, stack: Stack, index: int) -> AttentionConfig:
         """The attention config of layer `index` of `stack`."""
         options = self.stack_attention(stack)
-        return options if self._selects(options, stack, index) else options.fallback()
+        if not self._selects(options, stack, index):
+            return options.fallback()
+        return options.for_layer(index, self.stack_layers(stack))
 
     def ffn_at(self, stack: Stack, index: int) -> FFNConfig:
         """The feed-forward config of layer `index` of `stack`."""
         options = self.stack_ffn(stack)
-        return options if self._selects(options, stack, index) else options.fallback()
+        if not self._selects(options, stack, index):
+            return options.fallback()
+        return options.for_layer(index, self.stack_layers(stack))
 
     def _selects(self, options: AttentionConfig | FFNConfig, stack: Stack, index: int) -> bool:
         axis = "attention" if isinstance(options, AttentionConfig) else "ffn"
@@ -321,6 +345,11 @@ class ModelConfig:
             for stack in self.stacks
             for i in range(self.stack_layers(stack))
         )
+
+    @property
+    def embedding_std(self) -> float:
+        """The token embeddings' initial standard deviation (see `embed_init_std`)."""
+        return self.embed_init_std if self.embed_init_std is not None else 1.0 / self.d_model
 
     @property
     def d_head(self) -> int:

@@ -10,6 +10,7 @@ from formers.config import ModelConfig, did_you_mean
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
+from formers.variants.linformer import LinformerConfig
 from formers.variants.primer_ez import MDHAConfig
 from formers.variants.routing import RoutingConfig
 from formers.variants.topk import TopKConfig
@@ -56,6 +57,34 @@ def sparse_topk() -> ModelConfig:
     return dataclasses.replace(vanilla(), attention=TopKConfig(top_k=8))
 
 
+def bert() -> ModelConfig:
+    """BERT-base's masked-LM encoder (Devlin et al. 2019, §3): vanilla attention, bidirectional.
+
+    12 layers, d_model 768, 12 heads, d_ff 3072, GELU, learned positions up to 512. Pre-LN
+    instead of BERT's post-LN: it trains without a long warmup (Xiong et al. 2020).
+    """
+    return override(
+        vanilla(),
+        {
+            "arch": "encoder",
+            "n_layers": 12,
+            "d_model": 768,
+            "n_heads": 12,
+            "d_ff": 3072,
+            "norm": "pre",
+            "position": "learned",
+            "max_len": 512,
+            "ffn.activation": "gelu",
+        },
+    )
+
+
+def linformer() -> ModelConfig:
+    """Linformer (Wang et al. 2020, arXiv 2006.04768): bert whose keys and values are compressed
+    to k = 128 rows along the sequence (one E, F per layer)."""
+    return dataclasses.replace(bert(), attention=LinformerConfig(proj_len=128))
+
+
 def routing() -> ModelConfig:
     """Routing Transformer (Roy et al. 2020): vanilla whose heads are half local (a window of 128
     to 255 positions) and half routed by online k-means (32 clusters, a query seeing up to 32
@@ -73,6 +102,8 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer-xl-enwik8": transformer_xl_enwik8,
     "primer-xl": primer_xl,
     "sparse-topk": sparse_topk,
+    "bert": bert,
+    "linformer": linformer,
     "routing": routing,
 }
 

@@ -16,6 +16,7 @@ from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
+from formers.variants.linformer import LinformerAttention
 from formers.variants.primer_ez import MultiDConvHeadAttention
 from formers.variants.routing import RoutingAttention
 from formers.variants.topk import TopKAttention
@@ -28,6 +29,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "xl": RelativeMultiHeadAttention,
     "primer_xl": PrimerXLAttention,
     "topk": TopKAttention,
+    "linformer": LinformerAttention,
     "routing": RoutingAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}

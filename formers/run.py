@@ -17,6 +17,8 @@ from formers.data.tokenizers import Tokenizer, tokenizer_from_dict
 from formers.errors import FormersError
 from formers.models import build, runtime_config
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint, load_config
+from formers.train.checkpoint_format import CHECKPOINTS_DIR
+from formers.train.checkpoint_read import step_dirs
 from formers.train.config import RunConfig, run_config_from_dict
 
 
@@ -31,7 +33,8 @@ class LoadedRun:
     step: int
 
 
-def _checkpoint_of(run_dir: Path) -> Path:
+def _checkpoint_of(run_dir: Path, step: int | None = None) -> Path:
+    """The run's latest checkpoint, or the one of `step`."""
     if not run_dir.is_dir():
         raise FormersError(f"no run folder at {run_dir}: give the --run-dir of a `formers train`")
     checkpoint = latest_checkpoint(run_dir)
@@ -39,29 +42,48 @@ def _checkpoint_of(run_dir: Path) -> Path:
         raise FormersError(
             f"{run_dir} holds no checkpoint yet: train it first (formers train --run-dir {run_dir})"
         )
-    return checkpoint
+    if step is None:
+        return checkpoint
+    steps = checkpoint_steps(run_dir)
+    if step not in steps:
+        raise FormersError(
+            f"{run_dir} has no checkpoint of step {step}: use --checkpoint "
+            f"{' or '.join(map(str, steps))} (or leave it out for the latest)"
+        )
+    return run_dir / CHECKPOINTS_DIR / f"step_{step:06d}"
 
 
-def read_run_config(run_dir: str | Path) -> RunConfig:
-    """The config a run's latest checkpoint was trained with."""
-    return run_config_from_dict(load_config(_checkpoint_of(Path(run_dir))))
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """The steps of a run's complete checkpoints, oldest first."""
+    folders = step_dirs(Path(run_dir) / CHECKPOINTS_DIR)
+    return [int(path.name.removeprefix("step_")) for path in folders]
+
+
+def read_run_config(run_dir: str | Path, checkpoint: int | None = None) -> RunConfig:
+    """The config a run's latest checkpoint (or the one of step `checkpoint`) was trained with."""
+    return run_config_from_dict(load_config(_checkpoint_of(Path(run_dir), checkpoint)))
 
 
 def load_run(
     run_dir: str | Path,
     device: str | torch.device = "cpu",
     runtime: dict[str, Any] | None = None,
+    checkpoint: int | None = None,
 ) -> LoadedRun:
-    """Load the latest checkpoint of a `formers train` run folder, in eval mode.
+    """Load a `formers train` run folder's model (in eval mode), tokenizer and config.
+
+        run = formers.load_run("runs/ts")
+        ids = run.tokenizer.encode("ROMEO:")
 
     Args:
         run_dir: the run folder.
         device: where to put the model.
         runtime: runtime options to change, e.g. {"attention.clamp_len": 820} (only fields the
             attention lists in `runtime_fields`: they do not change the weights).
+        checkpoint: the step of the checkpoint to load; None: the latest.
     """
     run_dir = Path(run_dir)
-    checkpoint = _checkpoint_of(run_dir)
+    checkpoint = _checkpoint_of(run_dir, checkpoint)
     tokenizer_file = run_dir / "tokenizer.json"
     if not tokenizer_file.exists():
         raise FormersError(f"{tokenizer_file} is missing: the run folder is incomplete")

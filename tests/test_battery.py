@@ -12,6 +12,7 @@ to the same contract, so a new variant gets these tests by registering.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 
@@ -223,3 +224,46 @@ def test_a_resumed_run_logs_the_same_losses(name, tmp_path, corpus_file, monkeyp
         return [(r["step"], r["loss"]) for r in read_metrics(tmp_path / run, "train")]
 
     assert losses("resumed") == losses("straight") and len(losses("straight")) == 6
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_fresh_model_predicts_nearly_uniformly(name):
+    """The first loss of every preset at its own size is within 10% of ln V (bytes for the
+    language models): a fresh model has no reason to prefer any token."""
+    cfg = formers.PRESETS[name]()
+    if cfg.arch != "encoder_decoder":
+        cfg = formers.presets.override(cfg, {"vocab_size": 256})
+    model = formers.build(cfg).eval()
+    vocab = cfg.target_vocab_size
+    tokens = random_tokens(2, 65, vocab)
+    with torch.no_grad():
+        if cfg.arch == "encoder_decoder":
+            loss = model(tokens[:, :40], tokens[:, :-1], targets=tokens[:, 1:]).loss
+        else:
+            loss = model(tokens[:, :-1], targets=tokens[:, 1:]).loss
+    assert abs(loss.item() / math.log(vocab) - 1) < 0.1
+
+
+def test_fairseqs_embedding_scale_is_still_available():
+    # d_model**-0.5 with the √d_model input scale and tied output: a fresh model's logit for the
+    # token it reads is ≈ √d_model, so it starts far above ln V and repeats its input
+    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256, embed_init_std=1 / 16)
+    model = formers.build(cfg).eval()
+    tokens = random_tokens(2, 65, 256)
+    with torch.no_grad():
+        out = model(tokens[:, :-1], targets=tokens[:, 1:])
+    assert out.loss.item() > 1.5 * math.log(256)
+    assert (out.logits.argmax(-1) == tokens[:, :-1]).float().mean() > 0.9
+
+
+@pytest.mark.parametrize(("name", "cfg"), DECODERS, ids=DECODER_IDS)
+def test_the_decoding_state_follows_a_reordered_batch(name, cfg):
+    model = formers.build(cfg).eval()
+    tokens = random_tokens(3, 10, V)
+    index = torch.tensor([2, 0, 0])
+    cache = model.new_cache()
+    model(tokens[:, :6], cache=cache)
+    cache.reorder(index)  # as beam search does: keep row 2, and row 0 twice
+    steps = [model(tokens[index, i : i + 1], cache=cache).logits for i in range(6, 10)]
+    stepped = torch.cat(steps, dim=1)
+    torch.testing.assert_close(stepped, model(tokens[index]).logits[:, 6:], atol=1e-5, rtol=1e-5)

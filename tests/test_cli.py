@@ -71,12 +71,20 @@ def test_train_eval_generate_resume(tmp_path, corpus):
 
     resumed = formers("train", "--run-dir", run, "--resume", "--train.max_steps", "6", *TINY)
     assert json.loads(resumed.stdout)["step"] == 6
-    steps = [
-        json.loads(line)["step"]
-        for line in (run / "metrics.jsonl").read_text().splitlines()
-        if '"train"' in line
-    ]
-    assert steps == [1, 2, 3, 4, 5, 6]
+    # the same losses, step for step, as one run straight to step 6 with the decay of 4 steps
+    # the resumed run started with
+    straight = tmp_path / "straight"
+    formers(
+        "train", "--run-dir", straight, "--train.corpus", corpus, "--train.max_steps", "6",
+        "--train.schedule_steps", "4", *TINY,
+    )  # fmt: skip
+
+    def train_rows(folder):
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        return [(r["step"], r["loss"], r["lr"]) for r in rows if r["kind"] == "train"]
+
+    assert [row[0] for row in train_rows(run)] == [1, 2, 3, 4, 5, 6]
+    assert train_rows(run) == train_rows(straight)
 
 
 def test_yaml_config_and_unknown_keys(tmp_path, corpus):

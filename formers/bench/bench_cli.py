@@ -25,7 +25,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
         "sequence-length sweep. Prints a table and writes bench.json, bench.md and PNG plots. "
         "Any model field can be set for every preset with --model.KEY VALUE.",
     )
-    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every LM preset")
+    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every causal LM preset")
     size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
     size.add_argument("--n-layers", type=int, default=6)
     size.add_argument("--d-model", type=int, default=512)
@@ -93,7 +93,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.bench.plots import pyplot
     from formers.bench.report import format_report, write_report
     from formers.bench.settings import BenchSettings
-    from formers.train.trainer import resolve_precision
+    from formers.train.precision import resolve_precision
 
     if not args.no_plots:
         pyplot()  # fail now, not after the measurements, if matplotlib is missing

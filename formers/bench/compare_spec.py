@@ -14,6 +14,7 @@ from formers.errors import ConfigError, FormersError
 from formers.overrides import flatten
 from formers.presets import PRESETS
 from formers.train.config import RunConfig, run_config
+from formers.train.tasks import TASKS
 
 SPEC_FILE = "compare.json"
 RUNS_DIR = "runs"
@@ -58,6 +59,13 @@ class CompareSpec:
                 raise ConfigError(f"{what} {', '.join(repeated)} is listed twice: list it once")
         if not self.seeds:
             raise ConfigError("compare needs at least one seed, e.g. --seeds 0")
+        archs = {name: PRESETS[name]().arch for name in self.presets}
+        if len(set(archs.values())) > 1:
+            listed = ", ".join(f"{name} ({arch})" for name, arch in archs.items())
+            raise ConfigError(
+                f"compare measures presets on one task, but {listed} train different ones "
+                "(causal LM, masked LM): compare presets of one arch at a time"
+            )
         for key in self.overrides:
             name = key.removeprefix("train.")
             if name in OWN_KEYS:
@@ -76,10 +84,10 @@ class CompareSpec:
         if data_dir is not None:
             overrides["train.data_dir"] = data_dir
         cfg = run_config(preset, overrides)
-        if cfg.model.arch != "decoder":
+        if cfg.model.arch not in TASKS:
             raise ConfigError(
-                f"preset {preset!r} builds arch={cfg.model.arch!r}; compare trains causal "
-                "language models: pick decoder presets (see `formers presets`)"
+                f"preset {preset!r} builds arch={cfg.model.arch!r}, which has no training task "
+                f"yet; compare trains {' or '.join(TASKS)} models (see `formers presets`)"
             )
         return cfg
 

@@ -15,26 +15,17 @@ from typing import Any
 
 import torch
 
+from formers import devices
 from formers.bench.timing import median, time_call
 from formers.errors import FormersError
-from formers.train.trainer import resolve_precision
+from formers.train.precision import resolve_precision
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def resolve_device(name: str) -> torch.device:
-    """ "auto" is CUDA when present, else the CPU; asking for a missing CUDA is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise FormersError(f"--device {name!r} is not a device: use auto, cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FormersError(
-            f"--device {name}: this machine has no CUDA device (torch {torch.__version__} sees "
-            "none): use --device cpu"
-        )
+    """The benchmark's device: a CPU or a CUDA device this machine has ("auto": CUDA if any)."""
+    device = devices.resolve_device(name)
     if device.type not in ("cpu", "cuda"):
         raise FormersError(f"--device {name}: benchmarks run on cpu or cuda")
     return device

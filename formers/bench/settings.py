@@ -21,7 +21,7 @@ class BenchSettings:
     """What to benchmark and how.
 
     Args:
-        presets: preset names; empty: every language-model preset (`default_presets()`).
+        presets: preset names; empty: every causal LM preset (`default_presets()`).
         overrides: model config overrides applied to every preset (size, dotted keys).
         seq_len: tokens per sequence T.
         batch_size: sequences per batch B (training, inference and generation).

@@ -7,7 +7,9 @@
                  model's decoding state (`new_cache()`); only the decoding is timed.
 
 A model with segment memory starts from a full memory (`cfg.memory_tokens` states per layer),
-its steady state in training and evaluation, and carries its memory on from call to call.
+its steady state in training and evaluation, and carries its memory on from call to call. A
+masked LM (arch="encoder") reads its batch corrupted as in training (formers.data.masking: the
+last id stands for [MASK]) and is scored on the selected positions only.
 
 Shapes: B batch, T sequence length, V vocabulary.
 """
@@ -22,10 +24,12 @@ import torch
 from torch import Tensor, nn
 
 from formers.bench.timing import median, synchronize
+from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.infer import iter_generate
 from formers.train.config import TrainConfig
 from formers.train.evaluate import carries_memory
-from formers.train.trainer import autocast_for, make_optimizer
+from formers.train.optim import make_optimizer
+from formers.train.precision import autocast_for
 
 
 def random_tokens(vocab_size: int, batch: int, length: int, device: torch.device) -> Tensor:
@@ -53,6 +57,12 @@ class _Workload:
         self.model, self.precision, self.device = model, precision, device
         tokens = random_tokens(model.cfg.vocab_size, batch, seq_len + 1, device)  # (B, T+1)
         self.inputs, self.targets = tokens[:, :-1], tokens[:, 1:]
+        if model.cfg.arch == "encoder":
+            vocab = MaskedVocab(model.cfg.vocab_size - 1)  # ids up to the last, which is [MASK]
+            masked = mask_tokens(
+                self.inputs.clamp(max=vocab.mask_id - 1), vocab, seeded_generator(0)
+            )
+            self.inputs, self.targets = masked.inputs, masked.targets
         self.recurrent = carries_memory(model)
         self.memory: list[Tensor] | None = None
         if self.recurrent:
@@ -63,6 +73,11 @@ class _Workload:
         """Tokens processed per call."""
         return self.inputs.numel()
 
+    @property
+    def state(self) -> dict[str, Any]:
+        """The memory to pass in, for a model that carries one (others take no memory=)."""
+        return {"memory": self.memory} if self.recurrent else {}
+
     @torch.no_grad()
     def fill_memory(self) -> None:
         """Run segments until every layer's memory is full."""
@@ -70,7 +85,6 @@ class _Workload:
         for _ in range(math.ceil(self.model.cfg.memory_tokens / self.inputs.shape[1])):
             with autocast_for(self.precision, self.device):
                 self.memory = self.model(self.inputs, memory=self.memory).memory
-
 
     def live_tensors(self) -> list[Tensor]:
         """Tensors held between calls: weights, buffers, inputs and memory."""
@@ -108,7 +122,7 @@ class TrainStep(_Workload):
     def __call__(self) -> None:
         self.model.train()
         with autocast_for(self.precision, self.device):
-            out = self.model(self.inputs, self.targets, memory=self.memory)
+            out = self.model(self.inputs, self.targets, **self.state)
             loss = out.loss + self.cfg.aux_loss_coef * out.aux_loss
             loss.backward()
         self.memory = out.memory
@@ -130,7 +144,7 @@ class InferStep(_Workload):
     def __call__(self) -> None:
         self.model.eval()
         with autocast_for(self.precision, self.device):
-            self.model(self.inputs, memory=self.memory)
+            self.model(self.inputs, **self.state)
 
 
 class GenerateStep:

@@ -49,6 +49,16 @@ class Tokenizer(ABC):
         """`encode` as a 1-D int64 tensor; subclasses override it with a vectorised path."""
         return torch.tensor(self.encode(text), dtype=torch.int64)
 
+    def encode_prompt(self, text: str) -> list[int]:
+        """`text` as the start of a text to continue (no end-of-line mark it does not have)."""
+        return self.encode(text)
+
+    unknown_token: ClassVar[str] = "<unk>"
+
+    def unknown_words(self, text: str) -> list[str]:
+        """The parts of `text` this vocabulary does not have (read as `unknown_token`)."""
+        return []
+
 
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes as tokens (vocab 256): lossless for any input, no training."""
@@ -127,8 +137,8 @@ class CharTokenizer(Tokenizer):
                 raise DataError(
                     f"character {text[pos]!r} (U+{ord(text[pos]):04X}) at position {pos} is not in "
                     f"the character vocabulary ({self.vocab_size} characters learned from the "
-                    "training text); build the vocabulary on text that contains it, pass "
-                    "unk=... to CharTokenizer, or use the byte tokenizer."
+                    "training text): use only characters that text has, or train with the byte "
+                    "tokenizer (--train.tokenizer byte)"
                 )
             ids[missing] = self.index[self.unk]
         return torch.from_numpy(ids)
@@ -199,6 +209,22 @@ class WordTokenizer(Tokenizer):
             ids.extend(get(w, unk) for w in line.split())
             ids.append(eos)
         return ids
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """`encode` without the <eos> of a last line that has no newline yet: a prompt such as
+        "the company said" continues that line."""
+        ids = self.encode(text)
+        if ids and not text.endswith("\n") and ids[-1] == self.eos_id:
+            ids.pop()
+        return ids
+
+    def unknown_words(self, text: str) -> list[str]:
+        """The words of `text` outside the vocabulary, in order, each once."""
+        seen: dict[str, None] = {}
+        for word in text.split():
+            if word not in self.index:
+                seen.setdefault(word)
+        return list(seen)
 
     def decode(self, ids: Ids) -> str:
         out, line = [], []

@@ -16,13 +16,18 @@ from formers.layers.position import build_position
 
 
 class TokenEmbedding(nn.Embedding):
-    """A (V, D) table; ids are checked so a bad id fails with a message, not an index error."""
+    """A (V, D) table; ids are checked so a bad id fails with a message, not an index error.
 
-    def __init__(self, vocab_size: int, d_model: int):
+    Args:
+        vocab_size: V.
+        d_model: D.
+        std: the entries' initial standard deviation (`ModelConfig.embedding_std`; the paper
+            states none).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, std: float | None = None):
         super().__init__(vocab_size, d_model)
-        # N(0, D^-1/2): after the √D scale the embeddings have unit variance (fairseq's choice;
-        # the paper does not state one).
-        nn.init.normal_(self.weight, std=d_model**-0.5)
+        nn.init.normal_(self.weight, std=d_model**-0.5 if std is None else std)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(B, T) ids -> (B, T, D)."""
@@ -56,7 +61,9 @@ class InputEmbedding(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
         super().__init__()
-        self.token = token if token is not None else TokenEmbedding(vocab_size, cfg.d_model)
+        if token is None:
+            token = TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
+        self.token = token
         self.position = build_position(cfg)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         self.dropout = nn.Dropout(cfg.dropout)

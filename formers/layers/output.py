@@ -69,14 +69,15 @@ def check_targets(targets: Tensor, tokens: Tensor, vocab_size: int) -> None:
         )
 
 
-def tied_output(embedding: nn.Embedding, tie: bool) -> nn.Linear:
-    """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4)."""
+def tied_output(embedding: nn.Embedding, tie: bool, std: float | None = None) -> nn.Linear:
+    """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4); else its
+    own, initialised with standard deviation `std` (default D^-1/2)."""
     vocab_size, d_model = embedding.weight.shape
     head = nn.Linear(d_model, vocab_size, bias=False)
     if tie:
         head.weight = embedding.weight
     else:
-        nn.init.normal_(head.weight, std=d_model**-0.5)
+        nn.init.normal_(head.weight, std=d_model**-0.5 if std is None else std)
     return head
 
 
@@ -108,4 +109,4 @@ def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value
         )
-    return tied_output(embedding, cfg.tie_embeddings)
+    return tied_output(embedding, cfg.tie_embeddings, cfg.embedding_std)

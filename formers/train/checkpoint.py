@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from formers.devices import resolve_device
 from formers.train import rng as _rng
 from formers.train.checkpoint_format import (
     CHECKPOINTS_DIR,
@@ -212,6 +213,7 @@ def load_checkpoint(
         CheckpointCorruptError: a file is truncated, tampered with or unreadable.
         CheckpointMismatchError: weights or optimizer state do not fit what was given.
     """
+    map_location = resolve_device(str(map_location), "map_location")  # not "damaged" on a typo
     ckpt = resolve(path)
     check_manifest(ckpt)
     config = read_json(ckpt / CONFIG_FILE)

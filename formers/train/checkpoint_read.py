@@ -75,7 +75,7 @@ def resolve(path: Path | str) -> Path:
     if STEP_DIR.match(path.name) or path.name.startswith(TMP_PREFIX):
         raise CheckpointCorruptError(
             f"{path} is an incomplete checkpoint (no {MANIFEST_FILE}; a save was interrupted); "
-            f"load another one, e.g. latest_checkpoint({path.parent.parent})"
+            f"use another step_* folder of {path.parent}, or the run folder for its latest"
         )
     raise CheckpointNotFoundError(
         f"{path} holds no complete checkpoint (no {MANIFEST_FILE} and no {CHECKPOINTS_DIR}/ with "
@@ -86,7 +86,8 @@ def resolve(path: Path | str) -> Path:
 def corrupt(path: Path, problem: str) -> CheckpointCorruptError:
     return CheckpointCorruptError(
         f"{path}: {problem}. The checkpoint {path.parent} is damaged or was tampered with; delete "
-        "it and resume from an older one (see latest_checkpoint / the step_* directories)"
+        "it and resume from an older one (--resume and formers eval take the newest complete "
+        "step_* folder that remains)"
     )
 
 
@@ -178,9 +179,9 @@ def load_weights(
             for what, keys in problems
         )
         raise CheckpointMismatchError(
-            f"{ckpt / MODEL_FILE} does not fit the model ({details}). Build the model from the "
-            f"checkpoint's own config (load_config({ckpt})), or pass strict=False to skip "
-            "missing/unexpected keys"
+            f"{ckpt / MODEL_FILE} does not fit the model ({details}): the checkpoint was made "
+            f"for another model config; build the model from its config.json ({ckpt}), as "
+            "formers eval and --resume do"
         )
     # Copies into the existing tensors, so parameters tied in `model` stay one Parameter.
     model.load_state_dict({k: v for k, v in weights.items() if k in expected}, strict=False)

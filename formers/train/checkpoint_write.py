@@ -54,15 +54,27 @@ def write_model(path: Path, model: nn.Module) -> None:
         if view is not None:
             first_name[view] = name
         tensors[name] = own_storage(tensor, storages)
-    metadata = {"format": "pt", ALIASES_KEY: json.dumps(aliases)}
+    save_safetensors(tensors, path, {"format": "pt", ALIASES_KEY: json.dumps(aliases)})
+
+
+def default_mode() -> int:
+    """The mode `open()` gives a new file here (0o666 less the umask): safetensors writes its
+    files 0o600, and a checkpoint's files should all be alike."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def save_safetensors(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """`safetensors.torch.save_file`, fsynced, with the mode of every other file."""
     save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, default_mode())
     fsync_file(path)
 
 
 def write_flat(directory: Path, stem: str, obj: Any) -> None:
     tensors, skeleton = flatten_state(obj)
-    save_file(tensors, str(directory / f"{stem}.safetensors"), metadata={"format": "pt"})
-    fsync_file(directory / f"{stem}.safetensors")
+    save_safetensors(tensors, directory / f"{stem}.safetensors", {"format": "pt"})
     write_json(
         directory / f"{stem}.json", {"format_version": FORMAT_VERSION, "skeleton": skeleton}
     )

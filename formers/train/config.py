@@ -35,7 +35,11 @@ class TrainConfig:
             (with momentum 0.9).
         lr: peak learning rate.
         schedule: "cosine", "inverse_sqrt" or "constant", each after a linear warmup.
+        warmup_steps: steps of the linear warmup.
+        min_lr_ratio: where the cosine decay ends, as a fraction of lr.
         max_steps: optimizer steps to take.
+        schedule_steps: the cosine decay's length; None: max_steps. A resumed run that is given
+            more steps keeps the decay it started with (and then holds its final rate).
         time_budget: stop after this much training time, e.g. "20m", "90s", "1h" (None: no limit).
         precision: "fp32", "bf16" (autocast, fp32 master weights) or "auto" (bf16 where the
             device runs it natively, else fp32).
@@ -43,6 +47,12 @@ class TrainConfig:
         eval_every: steps between evaluations on the valid split (0: only at the end).
         eval_tokens: score at most this many valid tokens in periodic evaluations (None: all).
         save_every: steps between checkpoints (0: only at the end and on interruption).
+        log_every: steps between train records in metrics.jsonl.
+        keep_checkpoints: how many of the newest checkpoints to keep.
+        weight_decay: AdamW's decoupled decay on weight matrices.
+        grad_clip: clip the gradient's global norm to this (0: no clipping).
+        label_smoothing: ε of the smoothed targets (Vaswani §5.4).
+        aux_loss_coef: weight of the model's auxiliary losses (Switch, Routing) in the loss.
     """
 
     corpus: str = "stdlib"
@@ -60,6 +70,7 @@ class TrainConfig:
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
     max_steps: int = 1000
+    schedule_steps: int | None = None
     time_budget: str | None = None
     grad_clip: float = 1.0
     label_smoothing: float = 0.0
@@ -77,10 +88,27 @@ class TrainConfig:
     keep_checkpoints: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "grad_accum", "max_steps", "eval_batch_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"train.{name}={value!r} must be a positive integer")
+        positive = (
+            "batch_size", "seq_len", "grad_accum", "max_steps", "eval_batch_size", "log_every",
+            "keep_checkpoints",
+        )  # fmt: skip
+        for name in positive:
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("eval_every", "save_every", "warmup_steps", "seed"):
+            _check_int(name, getattr(self, name), minimum=0)
+        for name in ("eval_tokens", "tokenizer_vocab", "schedule_steps"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1)
+        for name in ("weight_decay", "grad_clip", "aux_loss_coef"):
+            if getattr(self, name) < 0:
+                raise ConfigError(
+                    f"train.{name}={getattr(self, name)} must be 0 or more "
+                    f"(set --train.{name} to a value >= 0)"
+                )
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
+        if not 0 < self.beta2 < 1:
+            raise ConfigError(f"train.beta2={self.beta2} must be in (0, 1)")
         for name, choices in (
             ("optimizer", OPTIMIZERS),
             ("schedule", SCHEDULES),
@@ -102,6 +130,23 @@ class TrainConfig:
     def time_budget_seconds(self) -> float | None:
         """`time_budget` in seconds, or None."""
         return None if self.time_budget is None else parse_duration(self.time_budget)
+
+
+_MEANING = {
+    "log_every": "write a train record every N steps",
+    "keep_checkpoints": "keep the N newest checkpoints",
+    "eval_every": "evaluate every N steps, 0 only at the end",
+    "save_every": "save every N steps, 0 only at the end",
+}
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        why = f" ({_MEANING[name]})" if name in _MEANING else ""
+        raise ConfigError(
+            f"train.{name}={value!r} must be {kind}{why}: set --train.{name} accordingly"
+        )
 
 
 def parse_duration(text: str) -> float:

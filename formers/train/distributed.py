@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from formers.devices import resolve_device
 from formers.errors import FormersError
 
 
@@ -34,21 +35,12 @@ class Distributed:
         return self.world_size > 1
 
 
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    """ "auto" -> this process's GPU if there is one, else the CPU."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        return torch.device("cuda", local_rank)
-    return torch.device(name)
-
-
 def setup(device: str = "auto") -> Distributed:
     """Join the process group when launched by torchrun (NCCL on GPUs, gloo on CPUs)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    chosen = pick_device(device, local_rank)
+    chosen = resolve_device(device, "--train.device", local_rank)
     if world_size > 1 and not dist.is_initialized():
         if chosen.type == "cuda":
             torch.cuda.set_device(chosen)

@@ -6,11 +6,13 @@ Shapes: B batch, L window length, V vocabulary.
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import Tensor, nn
+from tqdm import tqdm
 
 from formers.data.batching import eval_segments, eval_streams
 from formers.layers.output import token_loss
@@ -53,6 +55,7 @@ def evaluate(
     split_bytes: int | None = None,
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
+    progress: bool = False,
 ) -> EvalResult:
     """Score every target of `tokens` (a 1-D split) once.
 
@@ -70,6 +73,7 @@ def evaluate(
         split_bytes: UTF-8 bytes of the whole split, for bits per byte.
         device: where to run.
         autocast: a context manager for mixed precision, or None.
+        progress: show a progress bar (on stderr) over the scored tokens.
     """
     whole = max_tokens is None or max_tokens + 1 >= len(tokens)
     if not whole:
@@ -81,6 +85,16 @@ def evaluate(
         eval_streams(tokens, seq_len, batch_size)
         if recurrent
         else eval_segments(tokens, seq_len, context_len, batch_size)
+    )
+    bar = tqdm(
+        total=len(tokens) - 1,
+        disable=not progress,
+        desc="eval",
+        unit="tok",
+        unit_scale=True,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=1.0,
     )
     total, count, memory = 0.0, 0, None
     metrics: dict[str, float] = {}
@@ -98,12 +112,14 @@ def evaluate(
                 else:
                     out = model(inputs)
             total += token_loss(out.logits, targets, reduction="sum").item()
+            bar.update(batch.n_scored)
             n_batches += 1
             for name, value in out.metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + float(value)
             count += batch.n_scored
     finally:
         model.train(was_training)
+        bar.close()
     loss = total / max(count, 1)
     bits_per_byte = None
     if whole and split_bytes:

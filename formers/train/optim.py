@@ -7,6 +7,8 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from formers.train.config import TrainConfig
+
 
 def paper_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Adam:
     """Adam with β1 = 0.9, β2 = 0.98, ε = 1e-9 (Vaswani et al. 2017 §5.3).
@@ -43,3 +45,12 @@ def fusable(params: list[nn.Parameter]) -> bool:
         p.device.type in ("cpu", "cuda") and p.dtype in (torch.float32, torch.float64)
         for p in params
     )
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """The optimizer `cfg.optimizer` names, over the model's parameters."""
+    if cfg.optimizer == "adam_paper":
+        return paper_adam(model.parameters(), lr=cfg.lr)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    return adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))

@@ -94,3 +94,10 @@ def _byte_tensor(state: Any) -> torch.Tensor:
     if isinstance(state, torch.Tensor):
         return state.detach().to(device="cpu", dtype=torch.uint8)
     return torch.as_tensor(np.asarray(state, dtype=np.uint8))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

@@ -13,8 +13,7 @@ next (`out.memory`) goes in and out without the loop knowing what it is.
 from __future__ import annotations
 
 import json
-import random
-import signal
+import shutil
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -22,23 +21,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
-from formers.train.config import RunConfig, TrainConfig
-from formers.train.metrics import MetricsLog
-from formers.train.optim import adamw, paper_adam
+from formers.train.config import RunConfig
+from formers.train.metrics import MetricsLog, read_metrics
+from formers.train.optim import make_optimizer
+from formers.train.precision import autocast_for
+from formers.train.rng import seed_everything
+from formers.train.run_lock import RunLock
 from formers.train.schedule import lr_at
+from formers.train.stop_signal import StopSignal
 from formers.train.tasks import Batches, EvalResult, Task, task_for
 
 
 @dataclass
 class TrainResult:
-    """Where a run ended and how good it was."""
+    """Where a run ended, why, and how good it was.
+
+    `stopped` says why: "max_steps", "time_budget", "signal" (interrupted; a checkpoint was
+    saved) or "finished" (a resumed run that had already reached max_steps: nothing was done).
+    """
 
     run_dir: Path
     step: int
@@ -46,70 +52,7 @@ class TrainResult:
     train_seconds: float
     valid: EvalResult | None
     interrupted: bool
-
-
-def autocast_for(precision: str, device: torch.device) -> AbstractContextManager:
-    """The mixed-precision context for `precision` on `device` (bf16 keeps fp32 master weights)."""
-    if resolve_precision(precision, device) == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """ "auto" becomes bf16 where the device computes it natively, else fp32."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if torch.backends.mkldnn.is_available() and _cpu_has_bf16() else "fp32"
-
-
-def _cpu_has_bf16() -> bool:
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """The optimizer `cfg.optimizer` names, over the model's parameters."""
-    if cfg.optimizer == "adam_paper":
-        return paper_adam(model.parameters(), lr=cfg.lr)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
-    return adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))
-
-
-class StopSignal:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step."""
-
-    def __init__(self) -> None:
-        self.received: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> StopSignal:
-        if sys.platform != "win32":
-            try:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: leave signals alone
-                self._previous.clear()
-        return self
-
-    def _handle(self, signum: int, frame: object) -> None:
-        self.received = signum
-        signal.signal(signum, signal.SIG_DFL)  # a second signal stops at once
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+    stopped: str = "max_steps"
 
 
 @dataclass
@@ -128,6 +71,7 @@ class Run:
     state: TrainState
     memory: Any = None  # what the model carries from one batch to the next (`out.memory`)
     log: MetricsLog | None = None
+    lock: RunLock | None = None  # rank 0's hold on the run folder
     seconds: float = 0.0  # training time, resumed runs included
     window: dict[str, float] = field(default_factory=dict)  # tokens and start of the log window
     metrics: dict[str, float] = field(default_factory=dict)  # the model's, at the last step
@@ -154,8 +98,22 @@ def train(
         data: the task's data, already loaded (a `Corpus` for language models); None loads it.
     """
     run = start(cfg, Path(run_dir), resume, data)
+    try:
+        return train_loop(run, progress)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def train_loop(run: Run, progress: bool) -> TrainResult:
+    """Step until max_steps, the time budget or a signal; then save and evaluate the whole
+    valid split."""
     tc = run.cfg.train
-    valid, stopped_by_signal = None, False
+    if run.state.step >= tc.max_steps and is_finished(run.run_dir):
+        finish(run, "finished")
+        return TrainResult(run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, None,
+                           False, "finished")  # fmt: skip
+    valid, stopped = None, "max_steps"
     bar = progress_bar(run, progress)
     with StopSignal() as stop:
         while run.state.step < tc.max_steps:
@@ -171,29 +129,67 @@ def train(
             if tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps:
                 valid = evaluate_now(run, tc.eval_tokens, bar)
             if stop_now:
-                stopped_by_signal = stop.received is not None
+                stopped = "signal" if stop.received is not None else "time_budget"
                 break
             if tc.save_every and run.state.step % tc.save_every == 0:
                 save(run)
         bar.close()
         save(run)
-    if not stopped_by_signal:
+    if stopped != "signal":
         valid = evaluate_now(run, None, None)
-    finish(run, stopped_by_signal)
+    finish(run, stopped)
     return TrainResult(
-        run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, valid, stopped_by_signal
+        run.run_dir,
+        run.state.step,
+        run.state.tokens_seen,
+        run.seconds,
+        valid,
+        stopped == "signal",
+        stopped,
     )
 
 
+def is_finished(run_dir: Path) -> bool:
+    """Whether the run's final (whole-split) evaluation is already logged."""
+    return any(r.get("final") for r in read_metrics(run_dir, "valid"))
+
+
 def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
-    """Set up the process group, the task and its data, the model and the optimizer, and
-    restore the latest checkpoint when resuming."""
+    """Set up the process group, the task and its data, the model and the optimizer, take the
+    run folder's lock and restore the latest checkpoint when resuming.
+
+    Everything that can be refused (the device, the corpus, the config, another run in the
+    folder) is checked before anything is written; a folder this call created is removed again
+    if the start fails.
+    """
     tc = cfg.train
-    env = distributed.setup(tc.device)
+    env = distributed.setup(tc.device)  # a missing device is refused here, before anything else
     seed_everything(tc.seed + env.rank)
     task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
-    run_dir.mkdir(parents=True, exist_ok=True)
     cfg = task.cfg  # with what the data decides (the vocabulary)
+    created = not run_dir.exists()
+    lock = None
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if env.is_main:
+            lock = RunLock(run_dir)
+            lock.acquire()
+        run = _restore(cfg, run_dir, resume, env, task)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        if created and env.is_main:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    run.lock = lock
+    return run
+
+
+def _restore(
+    cfg: RunConfig, run_dir: Path, resume: bool, env: distributed.Distributed, task: Task
+) -> Run:
+    """The model, optimizer and data, from the latest checkpoint when resuming."""
+    tc = cfg.train
     model = build(cfg.model).to(env.device)
     optimizer = make_optimizer(model, tc)
     batches = task.train_batches(env.rank, env.world_size)
@@ -205,7 +201,7 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
         )
         state, memory = loaded.state, loaded.memory
         batches.load_state_dict(state.data_state)
-    elif env.is_main:
+    if env.is_main:  # the config the run trains with from now on (resumed: with its changes)
         (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         task.save_files(run_dir)
     train_model = distributed.wrap(model, env, tc.distributed)
@@ -234,7 +230,8 @@ def set_learning_rate(run: Run) -> float:
     """The schedule's rate for the step about to be taken (steps count from 1)."""
     tc = run.cfg.train
     step = run.state.step + 1
-    lr = lr_at(step, tc.schedule, tc.lr, tc.warmup_steps, tc.max_steps, tc.min_lr_ratio)
+    horizon = tc.schedule_steps or tc.max_steps
+    lr = lr_at(step, tc.schedule, tc.lr, tc.warmup_steps, horizon, tc.min_lr_ratio)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
     return lr
@@ -297,6 +294,9 @@ def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqd
                 **diagnostics,
             )
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+        budget = run.cfg.train.time_budget_seconds
+        if budget is not None and run.seconds > 0:  # the steps the budget will allow
+            bar.total = min(run.cfg.train.max_steps, max(step, int(step * budget / run.seconds)))
     bar.update(1)
 
 
@@ -309,7 +309,7 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
         final = {"final": True} if bar is None else {}
         run.log.log("valid", run.state.step, **valid.as_dict(), seconds=run.seconds, **final)
     if bar is not None:
-        bar.write(f"step {run.state.step}: valid {valid.summary()}")
+        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=sys.stderr)
     return valid
 
 
@@ -328,15 +328,22 @@ def save(run: Run) -> None:
         )
 
 
-def finish(run: Run, interrupted: bool) -> None:
-    """Close the log and the process group; say how to continue an interrupted run."""
+STOPPED = {
+    "max_steps": "reached max_steps",
+    "time_budget": "the time budget ran out",
+    "signal": "interrupted; checkpoint saved, continue with --resume",
+    "finished": "already finished earlier: nothing to do",
+}
+
+
+def finish(run: Run, stopped: str) -> None:
+    """Close the log and the process group; say on stderr why training stopped."""
     if run.log is not None:
         run.log.close()
     distributed.teardown()
-    if interrupted:
+    if run.env.is_main:
         print(
-            f"interrupted at step {run.state.step}; checkpoint saved in {run.run_dir} "
-            "(continue with --resume)",
+            f"stopped at step {run.state.step}: {STOPPED[stopped]} ({run.run_dir})",
             file=sys.stderr,
         )
 

@@ -38,6 +38,7 @@ import torch
 from experiment_runs import add_common_overrides, run_dir
 
 from formers.data.corpora import Corpus, load_corpus
+from formers.models import reconfigure
 from formers.run import load_run
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig, run_config, run_config_from_dict, with_vocab
@@ -209,9 +210,11 @@ def evaluate_run(path: Path, preset: str, corpus: Corpus, args: argparse.Namespa
         key = json.dumps({**setting, "eval_tokens": args.eval_tokens}, sort_keys=True)
         if key in done:
             continue
+        model = run.model
         if preset != "vanilla":
             clamp = setting["clamp_len"]
-            run.model.reset_length(
+            model = reconfigure(
+                run.model,
                 mem_len=setting["mem_len"],
                 clamp_len=-1 if clamp is None else clamp,
                 same_length=setting["same_length"],
@@ -219,7 +222,7 @@ def evaluate_run(path: Path, preset: str, corpus: Corpus, args: argparse.Namespa
         scores = {}
         for split in SPLITS:
             result = evaluate(
-                run.model,
+                model,
                 corpus.splits[split],
                 seq_len=args.seq_len,
                 batch_size=args.eval_batch_size,

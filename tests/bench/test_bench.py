@@ -206,3 +206,32 @@ def test_ctrl_c_during_bench_exits_130_without_a_traceback(capsys, tmp_path, mon
     assert code == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_bench_measures_masked_lm_encoders_on_their_masked_loss(tmp_path, capsys):
+    out = tmp_path / "report"
+    argv = ["bench", "--presets", "bert", "linformer", *TINY, "--out", str(out)]
+    assert main(argv) == 0
+    report = json.loads((out / "bench.json").read_text())
+    for name in ("bert", "linformer"):
+        r = report["results"][name]
+        assert r["arch"] == "encoder" and r["generation"] is None  # nothing to decode
+        assert r["train"]["tokens_per_second"] > 0 and r["inference"]["tokens_per_second"] > 0
+    assert report["results"]["linformer"]["flops"]["keys_per_query"] == 128
+
+
+def test_an_encoder_train_step_scores_the_selected_positions_only():
+    model = formers.build(tiny_config("bert"))
+    step = TrainStep(model, 4, 40, "fp32", torch.device("cpu"))
+    chosen = step.targets != -100
+    assert torch.equal(chosen.sum(1), torch.full((4,), 6))  # 15% of 40 per sequence
+    assert (step.inputs[chosen] == 49).float().mean() > 0.5  # mostly the [MASK] stand-in
+    step()  # a full optimizer step runs
+
+
+def test_encoders_run_when_named_not_by_default():
+    from formers.bench.measure import benchable_presets, default_presets
+
+    assert "bert" in benchable_presets() and "linformer" in benchable_presets()
+    assert "bert" not in default_presets() and "vanilla" in default_presets()
+    assert "transformer" not in benchable_presets()

@@ -190,3 +190,14 @@ def test_unknown_corpus_is_an_error_before_the_folder_is_made(tmp_path, capsys):
     assert main(compare_args(out, tmp_path / "no-such-corpus", "vanilla")) == 2
     assert "unknown corpus" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_compare_trains_masked_lms_and_refuses_mixed_tasks(tmp_path, corpus, capsys):
+    out = tmp_path / "mlm"
+    extra = {"train.max_steps": 4}
+    assert main(compare_args(out, corpus, "linformer", "bert", "--no-plots", **extra)) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {row["preset"]: row for row in summary["rows"]}
+    assert rows["linformer"]["final_valid_loss"] > 0 and rows["bert"]["final_bits_per_byte"] > 0
+    assert main(compare_args(tmp_path / "mixed", corpus, "vanilla", "bert")) == 2
+    assert "one arch" in capsys.readouterr().err

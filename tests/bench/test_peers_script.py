@@ -37,3 +37,19 @@ def test_profile_splits_formers_step_into_linear_attention_and_the_rest(tmp_path
     assert profile["linear_gflop_per_s"] > 0
     assert profile["linear_ms"] + profile["attention_matmul_ms"] < profile["step_ms"]
     assert "formers step under torch.profiler" in capsys.readouterr().out
+
+
+def test_a_peer_that_breaks_is_a_failed_row_not_the_end_of_the_run(tmp_path, capsys, monkeypatch):
+    def broken(shape):
+        raise TypeError("type_as() missing 1 required positional argument")
+
+    family = {**peers.FAMILIES["vanilla"], "broken-peer": (lambda: True, broken)}
+    monkeypatch.setitem(peers.FAMILIES, "vanilla", family)
+    out = tmp_path / "peers.json"
+    args = "--families vanilla --precision fp32 --repeats 1 --warmup 1 --n-layers 1 --d-model 32 "
+    args += f"--n-heads 2 --d-ff 64 --seq-len 16 --batch-size 2 --threads 1 --json {out}"
+    assert peers.main([*args.split(), "--only", "broken-peer"]) == 0
+    result = json.loads(out.read_text())["results"][0]
+    assert "type_as()" in result["failed"]["broken-peer"]
+    assert set(result["tokens_per_s"]) == {"bare", "formers"}  # the others still ran
+    assert "broken-peer      failed: TypeError" in capsys.readouterr().out

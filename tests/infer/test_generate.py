@@ -15,6 +15,9 @@ V = 50
 
 
 def vanilla(**overrides) -> nn.Module:
+    # unit-variance embeddings (fairseq's scale): a random model then prefers some tokens, so
+    # greedy decoding wanders instead of repeating one near-uniform choice
+    overrides = {"embed_init_std": 32**-0.5, **overrides}
     return formers.build(tiny_config("vanilla", **overrides)).eval()
 
 
@@ -180,7 +183,9 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
 def test_temperature_zero_is_argmax_in_any_dtype():
     logits = torch.randn(4, V).to(torch.bfloat16)
     torch.testing.assert_close(sample_next(logits, temperature=0), logits.float().argmax(-1))
-    assert sample_next(logits, top_p=0.9).shape == (4,)
+    # a nucleus holding only the top token is argmax too, whatever the dtype of the logits
+    logits[:, 7] = 50.0
+    assert sample_next(logits, top_p=0.9).tolist() == [7] * 4
 
 
 # --- stop token, modes, errors -------------------------------------------------------------
@@ -376,3 +381,13 @@ def test_stateless_model_recomputes_a_cropped_context():
     out = generate(model, prompt, 10, temperature=0, max_context=4)
     assert torch.equal(out, counting_reference(prompt, 10, window=4))
     assert [c[0].shape[1] for c in model.calls] == [4] * 10
+
+
+def test_top_p_drops_a_token_whose_predecessors_already_reach_p_exactly():
+    # probabilities 1/2, 1/4, 1/4 (exact in binary): the first two hold exactly 3/4, so with
+    # top_p = 3/4 the third token is outside the nucleus
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.25]])).repeat(2000, 1)
+    drawn = sample_next(logits, top_p=0.75, generator=torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {0, 1}
+    drawn = sample_next(logits, top_p=0.76, generator=torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {0, 1, 2}  # just above: the third joins

@@ -121,13 +121,15 @@ def test_cache_extends_keys_like_one_pass():
     torch.testing.assert_close(torch.cat(pieces, 1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_low_precision_softmax_accumulates_in_fp32():
-    # `weights` relies on this instead of upcasting the (T, S) scores itself
+def test_low_precision_weights_are_the_softmax_rounded_once():
+    # `weights` takes no fp32 copy of the (T, S) scores: it relies on torch's bf16 softmax
+    # accumulating in fp32 and rounding only its output. Each weight must then be within one
+    # bf16 ulp of the exact value; a softmax accumulated in bf16 would be several ulps off.
     torch.manual_seed(3)
-    scores = (torch.randn(64, 700) * 8).to(torch.bfloat16)
+    scores = (torch.randn(1, 1, 64, 700) * 8).to(torch.bfloat16)
+    mask = AttentionMask(causal=False, key_valid=torch.ones(1, 700, dtype=torch.bool))
+    got = ExplicitAttention(16, 2).weights(scores, mask).double()
     exact = torch.softmax(scores.double(), dim=-1)
-    # within one bf16 ulp of the exact value: rounded once, not accumulated in bf16
-    got = torch.softmax(scores, dim=-1).double()
     torch.testing.assert_close(got, exact, rtol=2**-7, atol=1e-30)
 
 
@@ -175,3 +177,21 @@ def test_masking_holds_for_extreme_scores(dtype, low, high):
     torch.testing.assert_close(weights[1].float().sum(-1), torch.ones(2, 3))
     (weights * torch.randn_like(weights)).sum().backward()
     assert torch.isfinite(scores.grad).all()
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttention, ExplicitAttention])
+def test_attention_dropout_acts_in_training_only(cls):
+    torch.manual_seed(5)
+    dropped = cls(16, 2, dropout=0.5)
+    plain = cls(16, 2, dropout=0.0)
+    plain.load_state_dict(dropped.state_dict())
+    x = torch.randn(2, 9, 16)
+    mask = AttentionMask(causal=True)
+    dropped.eval(), plain.eval()
+    torch.testing.assert_close(dropped(x, mask=mask), plain(x, mask=mask), atol=0, rtol=0)
+    dropped.train()
+    torch.manual_seed(6)
+    first = dropped(x, mask=mask)
+    torch.manual_seed(7)
+    assert not torch.allclose(first, dropped(x, mask=mask))
+    assert not torch.allclose(first, plain(x, mask=mask))

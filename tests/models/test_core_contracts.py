@@ -4,6 +4,7 @@ the feed-forward network receives, diagnostics reset every forward, the decoding
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -191,3 +192,15 @@ def test_every_attention_module_reports_its_cost():
     assert layer.keys_per_query(100) == 100
     assert layer.score_flops_per_token(100) == 2 * 2 * 100 * 64
     assert MultiHeadAttention(64, 4).per_segment_parameters() == []
+
+
+def test_a_config_can_give_each_layer_its_own_values(monkeypatch):
+    from formers.variants.topk import TopKConfig
+
+    def growing(self, index, n_layers):  # e.g. a window that grows with depth
+        return dataclasses.replace(self, top_k=self.top_k * (index + 1))
+
+    monkeypatch.setattr(TopKConfig, "for_layer", growing)
+    cfg = tiny_config("vanilla", n_layers=3, attention={"kind": "topk", "top_k": 2})
+    assert [cfg.attention_at("decoder", i).top_k for i in range(3)] == [2, 4, 6]
+    assert [layer.attn.top_k for layer in formers.build(cfg).layers] == [2, 4, 6]

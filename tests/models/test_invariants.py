@@ -65,10 +65,12 @@ def test_padding_is_ignored_by_the_loss():
 
 
 @pytest.mark.parametrize("name", ["vanilla", "transformer"])
-def test_eval_mode_is_deterministic_and_train_mode_uses_dropout(name):
-    model = formers.build(tiny_config(name, dropout=0.3)).eval()
+def test_eval_mode_switches_dropout_off_and_train_mode_uses_it(name):
+    model = formers.build(tiny_config(name, dropout=0.3, attn_dropout=0.2)).eval()
+    plain = formers.build(tiny_config(name)).eval()  # the same network without any dropout
+    plain.load_state_dict(model.state_dict())
     inputs = (random_tokens(2, 8, 50),) * (2 if name == "transformer" else 1)
-    torch.testing.assert_close(model(*inputs).logits, model(*inputs).logits, atol=0, rtol=0)
+    torch.testing.assert_close(model(*inputs).logits, plain(*inputs).logits, atol=0, rtol=0)
     model.train()
     assert not torch.equal(model(*inputs).logits, model(*inputs).logits)
 
@@ -107,3 +109,17 @@ def test_tied_embeddings_share_one_matrix():
     assert separate.src_embed.token is not separate.tgt_embed.token
     assert separate.lm_head.weight is separate.tgt_embed.token.weight
     assert separate.lm_head.weight.shape == (40, 32)
+
+
+def test_a_pre_norm_stack_ends_in_a_layer_norm():
+    model = formers.build(tiny_config("vanilla", norm="pre")).eval()
+    assert isinstance(model.final_norm, torch.nn.LayerNorm)
+    tokens = random_tokens(2, 6, 50)
+    with torch.no_grad():
+        model.final_norm.weight.zero_()
+        model.final_norm.bias.fill_(0.5)
+    # the last norm decides what the output layer sees: with gain 0 every position is 0.5
+    want = torch.full((2, 6, 32), 0.5) @ model.lm_head.weight.T
+    torch.testing.assert_close(model(tokens).logits, want)
+    post = formers.build(tiny_config("vanilla", norm="post"))
+    assert isinstance(post.final_norm, torch.nn.Identity)  # post-norm layers end in one already

@@ -35,3 +35,16 @@ def test_embedding_is_scaled_by_sqrt_d_model():
     tokens = torch.tensor([[3, 4]])
     got = model.embed(tokens)
     torch.testing.assert_close(got, model.embed.token.weight[tokens] * math.sqrt(32))
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal"])
+def test_an_offset_embeds_the_positions_that_follow(position):
+    import formers
+    from formers.layers.embedding import InputEmbedding
+
+    cfg = formers.config("vanilla", d_model=16, n_heads=2, position=position, dropout=0.0)
+    embed = InputEmbedding(cfg, 50)
+    tokens = torch.randint(0, 50, (2, 9))
+    whole = embed(tokens)
+    for start in (1, 4, 8):
+        torch.testing.assert_close(embed(tokens[:, start:], offset=start), whole[:, start:])

@@ -419,7 +419,7 @@ def test_mismatch_lists_keys(tmp_path: Path) -> None:
     path = _save(tmp_path, TinyLM(d_model=8, n_layers=2))
     with pytest.raises(CheckpointMismatchError, match=r"shape mismatch: embed\.weight") as err:
         load_checkpoint(path, model=TinyLM(d_model=16, n_layers=2))
-    assert str(path / "model.safetensors") in str(err.value) and "load_config" in str(err.value)
+    assert str(path / "model.safetensors") in str(err.value) and "config.json" in str(err.value)
     with pytest.raises(CheckpointMismatchError, match=r"unexpected in checkpoint: layers\.1\."):
         load_checkpoint(path, model=TinyLM(d_model=8, n_layers=1))
     with pytest.raises(CheckpointMismatchError, match=r"missing from checkpoint: layers\.2\."):

@@ -3,8 +3,11 @@
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
+
+from formers.train.metrics import read_metrics
 
 
 def cli_args(corpus, run_dir, batch_size):
@@ -45,6 +48,8 @@ def cli_args(corpus, run_dir, batch_size):
         "fp32",
         "--train.grad_clip",
         "0",
+        "--train.log_every",
+        "1",
     ]
 
 
@@ -81,12 +86,20 @@ def test_two_process_ddp_step_equals_single_process_step(tmp_path):
     # the steps moved the weights well beyond that tolerance: the comparison means something
     start = weights_at_init()
     assert max((one[k] - start[k]).abs().max().item() for k in one) > 1e-2
+    # what is logged is the whole step's: the loss averaged over both processes (each saw half
+    # the rows), the tokens of both
+    logged_one = read_metrics(tmp_path / "one", "train")
+    logged_two = read_metrics(tmp_path / "two", "train")
+    assert [r["tokens"] for r in logged_two] == [r["tokens"] for r in logged_one] == [64, 128]
+    for a, b in zip(logged_one, logged_two, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    assert "}" in launched.stdout and launched.stdout.count('"run_dir"') == 1  # rank 0 prints
 
 
 def weights_at_init():
     from formers.models import build
     from formers.train.config import run_config, with_vocab
-    from formers.train.trainer import seed_everything
+    from formers.train.rng import seed_everything
 
     cfg = run_config(
         "vanilla",

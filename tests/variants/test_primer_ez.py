@@ -99,8 +99,19 @@ def test_delta_kernel_and_zero_bias_equal_vanilla_attention(padded):
     torch.testing.assert_close(mdha(x, mask=mask), vanilla(x, mask=mask), rtol=0, atol=1e-12)
 
 
-def test_mdha_keeps_the_fused_attention_path():
-    assert MultiDConvHeadAttention.fused
+def test_mdha_runs_on_the_fused_attention_kernel(monkeypatch):
+    # MDHA changes only `project`, so its scores and weights are vanilla: the fused kernel runs
+    calls = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    mdha = MultiDConvHeadAttention(16, 2)
+    mdha(torch.randn(2, 7, 16), mask=AttentionMask(causal=True))
+    assert calls == [(2, 2, 7, 8)]
 
 
 @pytest.mark.parametrize("name", ["primer-ez", "dconv"])

@@ -229,10 +229,12 @@ def test_every_parameter_gets_a_gradient(overrides):
         assert param.grad is not None and param.grad.abs().sum() > 0, name
 
 
-def test_eval_is_deterministic_and_training_uses_dropout():
+def test_eval_switches_dropout_off_and_training_uses_it():
     model = xl(dropout=0.3, attn_dropout=0.2)
+    plain = xl()  # the same network without any dropout
+    plain.load_state_dict(model.state_dict())
     tokens = random_tokens(2, 8, V)
-    torch.testing.assert_close(model(tokens).logits, model(tokens).logits, atol=0, rtol=0)
+    torch.testing.assert_close(model(tokens).logits, plain(tokens).logits, atol=0, rtol=0)
     model.train()
     assert not torch.equal(model(tokens).logits, model(tokens).logits)
 
@@ -304,3 +306,18 @@ def test_evaluation_scores_every_token_once_and_long_memory_equals_one_pass():
         assert evaluate(model, tokens, seq_len=tgt_len, batch_size=batch).tokens == 60
     short = evaluate(model, tokens, seq_len=7, batch_size=1).loss
     assert short != pytest.approx(one_pass, rel=1e-5)
+
+
+def test_stream_evaluation_equals_a_hand_loop_that_carries_memory():
+    model = xl(mem_len=6)
+    tokens = torch.randint(0, V, (23,))
+    with torch.no_grad():
+        total, memory = 0.0, None
+        for start in range(0, 22, 5):  # one stream, segments of 5 targets, memory carried
+            out = model(tokens[None, start : min(start + 5, 22)], memory=memory)
+            memory = out.memory
+            targets = tokens[None, start + 1 : min(start + 6, 23)]
+            total += F.cross_entropy(out.logits[0], targets[0], reduction="sum").item()
+    result = evaluate(model, tokens, seq_len=5, batch_size=1)
+    assert result.tokens == 22
+    assert result.loss == pytest.approx(total / 22, rel=1e-6)

@@ -8,6 +8,7 @@ import signal
 import pytest
 import torch
 
+import formers
 from formers import cli
 from formers.run import load_run
 from formers.train import checkpoint as checkpoint_module
@@ -176,3 +177,22 @@ def test_xl_eval_flags_on_another_model_are_a_clear_error(tmp_path, corpus_file,
 def test_bad_eval_lengths_are_a_clear_error(xl_run, capsys):
     assert cli.main(["eval", str(xl_run), "--mem-len", "-3"]) == 2
     assert "mem_len" in capsys.readouterr().err
+
+
+def test_the_task_drops_the_memory_where_the_streams_restart():
+    from formers.train.config import run_config
+    from formers.train.tasks import task_for
+    from formers.train.tasks.causal_lm import StreamBatch
+
+    cfg = run_config("transformer-xl", {"model.n_layers": 2, "model.d_model": 32,
+                                        "model.n_heads": 4, "model.d_ff": 64,
+                                        "model.dropout": 0.0})  # fmt: skip
+    task = task_for(cfg)
+    model = formers.build(task.cfg.model).eval()
+    tokens = torch.randint(0, 256, (2, 17))
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    memory = model(torch.randint(0, 256, (2, 16))).memory
+    fresh = task.step(model, StreamBatch(inputs, targets, restarted=False), None).loss
+    continued = task.step(model, StreamBatch(inputs, targets, restarted=False), memory).loss
+    restarted = task.step(model, StreamBatch(inputs, targets, restarted=True), memory).loss
+    assert restarted == fresh and continued != fresh

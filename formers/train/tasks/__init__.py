@@ -9,8 +9,9 @@ from formers.errors import ConfigError
 from formers.train.config import RunConfig
 from formers.train.tasks.base import Batch, Batches, EvalResult, StepOutput, Task
 from formers.train.tasks.causal_lm import CausalLMTask
+from formers.train.tasks.masked_lm import MaskedLMTask
 
-TASKS: dict[str, type[Task]] = {"decoder": CausalLMTask}
+TASKS: dict[str, type[Task]] = {"decoder": CausalLMTask, "encoder": MaskedLMTask}
 
 
 def task_for(cfg: RunConfig, data: Any | None = None) -> Task:
@@ -29,6 +30,7 @@ __all__ = [
     "Batches",
     "CausalLMTask",
     "EvalResult",
+    "MaskedLMTask",
     "StepOutput",
     "Task",
     "task_for",

@@ -102,6 +102,7 @@ class CausalLMTask(Task):
         seq_len: int | None = None,
         batch_size: int | None = None,
         context_len: int = 0,
+        progress: bool = False,
     ) -> EvalResult:
         """Every token of `split` scored once (windows, or streams with memory).
 
@@ -109,6 +110,7 @@ class CausalLMTask(Task):
             seq_len: tokens scored per window or segment (default: training's).
             batch_size: windows or streams per pass (default: `train.eval_batch_size`).
             context_len: extra left context per window (models without memory).
+            progress: show a progress bar.
         """
         tc = self.cfg.train
         return evaluate(
@@ -121,4 +123,5 @@ class CausalLMTask(Task):
             split_bytes=self.data.bytes_per_split.get(split),
             device=device,
             autocast=autocast,
+            progress=progress,
         )

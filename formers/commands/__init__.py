@@ -1,0 +1,1 @@
+"""The `formers` subcommands, one module each; `formers.cli` parses and dispatches to them."""

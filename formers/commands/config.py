@@ -1,0 +1,26 @@
+"""`formers presets` and `formers config PRESET`: the presets, and a resolved run config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from formers.overrides import parse_overrides
+
+
+def cmd_presets(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.presets import PRESETS
+
+    for name, factory in PRESETS.items():
+        print(f"{name:22s} {(factory.__doc__ or '').strip().splitlines()[0]}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
+    """Print every model and training field of a preset, with overrides, as `formers train`
+    would use it (JSON; the same form as a run's config.json)."""
+    from formers.train.config import run_config
+
+    cfg = run_config(args.preset, parse_overrides(extra))
+    print(json.dumps(cfg.to_dict(), indent=2))
+    return 0

@@ -1,0 +1,25 @@
+"""`formers data list | get | info`: which corpora there are, which are here, downloading."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.data import CORPORA, fetch, load_corpus
+    from formers.data.locate import data_dir
+
+    if args.action == "list":
+        for name, spec in CORPORA.items():
+            where = "present" if spec.present(args.data_dir) else "missing"
+            print(f"{name:18s} {where:8s} {spec.description}")
+            if where == "missing":
+                print(f"{'':27s} get it: {spec.how_to_get(name)}")
+        print(f"\ndata folder: {data_dir(args.data_dir)}  (any text file or folder path works too)")
+    elif args.action == "get":
+        path = fetch(args.name, args.data_dir)
+        print(f"{args.name} is ready at {path}")
+    elif args.action == "info":
+        corpus = load_corpus(args.name, args.data_dir)
+        print(corpus)
+    return 0

@@ -1,0 +1,48 @@
+"""`formers eval`: a trained run's loss over a whole split, as one JSON report on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from formers.devices import resolve_device
+from formers.errors import FormersError
+
+
+def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.run import corpus_of, load_run, read_run_config
+    from formers.runtime_flags import runtime_changes, runtime_report
+    from formers.train.tasks import task_for
+
+    device = resolve_device(args.device)  # before anything is loaded
+    changes = runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
+    run = load_run(args.run, device, runtime=changes, checkpoint=args.checkpoint)
+    corpus = corpus_of(run, args.data_dir)
+    if args.split not in corpus.splits:
+        raise FormersError(
+            f"{corpus.name} has no split {args.split!r}: use --split "
+            f"{' or '.join(corpus.splits)}"
+        )
+    seq_len = args.seq_len or run.config.train.seq_len
+    result = task_for(run.config, data=corpus).evaluate(
+        run.model,
+        args.split,
+        max_tokens=args.max_tokens,
+        device=device,
+        seq_len=seq_len,
+        batch_size=args.batch_size,
+        context_len=args.context_len,
+        progress=not args.no_progress,
+    )
+    report = {
+        "run": str(run.run_dir),
+        "step": run.step,
+        "corpus": corpus.name,
+        "split": args.split,
+        "unit": corpus.unit,
+        "seq_len": seq_len,
+        **runtime_report(run.config.model),
+        **result.as_dict(),
+    }
+    print(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,62 @@
+"""`formers generate`: continue a prompt with a trained run, printing as it goes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from formers.devices import resolve_device
+from formers.errors import FormersError
+
+
+def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.infer import iter_generate
+    from formers.run import load_run
+    from formers.train.evaluate import carries_memory
+
+    device = resolve_device(args.device)  # before anything is loaded
+    run = load_run(args.run, device, checkpoint=args.checkpoint)
+    if run.config.model.arch != "decoder":
+        raise FormersError(
+            f"{args.run} is arch={run.config.model.arch!r} (a masked LM or a translation model): "
+            "formers generate samples causal language models; evaluate it with formers eval"
+        )
+    tokenizer = run.tokenizer
+    prompt = tokenizer.encode_prompt(args.prompt)
+    if not prompt:
+        raise FormersError("the prompt is empty: give at least one character with --prompt")
+    unknown = tokenizer.unknown_words(args.prompt)
+    if unknown:
+        print(
+            f"note: not in the vocabulary, read as {tokenizer.unknown_token}: "
+            f"{', '.join(unknown)}",
+            file=sys.stderr,
+        )
+    # A model with absolute positions has never seen positions past its training length:
+    # beyond it, slide a window of that length instead of extrapolating.
+    window = args.max_context
+    if window is None and not carries_memory(run.model):
+        window = run.config.train.seq_len
+    stream = iter_generate(  # checks every option now, before anything is printed
+        run.model,
+        [prompt],
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_context=window,
+    )
+    ids = list(prompt)
+    printed = tokenizer.decode(ids)
+    print(printed, end="", flush=True)
+    for token in stream:
+        ids.append(int(token[0]))
+        # decode the whole text each time: spaces between words and characters made of
+        # several bytes come out right; print only what decoded cleanly
+        text = tokenizer.decode(ids)
+        if not text.endswith("\ufffd"):
+            print(text[len(printed) :], end="", flush=True)
+            printed = text
+    print(tokenizer.decode(ids)[len(printed) :])
+    return 0

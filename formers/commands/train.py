@@ -1,0 +1,80 @@
+"""`formers train`: train a preset (or continue a run) and print one JSON result on stdout.
+
+Progress, evaluations and the reason training stopped go to stderr, so stdout holds only the
+result; under torchrun only rank 0 prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from formers.errors import FormersError
+from formers.overrides import flatten, parse_overrides
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """A --config file's sections (preset:, model:, train:)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as error:
+        raise FormersError(f"cannot read config file {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise FormersError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise FormersError(f"{path} must hold a mapping like 'model: {{d_model: 256}}'")
+    return data
+
+
+def requested(args: argparse.Namespace, extra: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """The preset named on the command line or in --config (None if neither), and the dotted
+    overrides of both (the command line wins)."""
+    file_values = read_yaml(args.config) if args.config else {}
+    preset = args.preset or file_values.pop("preset", None)
+    file_values.pop("preset", None)
+    overrides = {**flatten(file_values), **parse_overrides(extra)}
+    if args.data_dir:
+        overrides["train.data_dir"] = args.data_dir
+    return preset, overrides
+
+
+def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.train.config import run_config
+    from formers.train.resume import resumed_config
+    from formers.train.trainer import train
+
+    preset, overrides = requested(args, extra)
+    if args.resume:
+        if not args.run_dir:
+            raise FormersError("--resume needs --run-dir: the folder of the run to continue")
+        run_dir = Path(args.run_dir)
+        cfg = resumed_config(run_dir, preset, overrides)
+    else:
+        cfg = run_config(preset or "vanilla", overrides)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(args.run_dir or f"runs/{cfg.preset}-{Path(cfg.train.corpus).name}-{stamp}")
+        if (run_dir / "checkpoints").exists():
+            raise FormersError(
+                f"{run_dir} already holds a run: continue it with --resume, or pick another "
+                "--run-dir"
+            )
+    result = train(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = {
+            "run_dir": str(result.run_dir),
+            "step": result.step,
+            "tokens": result.tokens_seen,
+            "train_seconds": round(result.train_seconds, 1),
+            "stopped": result.stopped,
+            "interrupted": result.interrupted,
+        }
+        if result.valid is not None:
+            summary["valid"] = result.valid.as_dict()
+        print(json.dumps(summary, indent=2))
+    return 130 if result.interrupted else 0

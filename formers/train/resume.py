@@ -1,0 +1,92 @@
+"""What `--resume` may change: the run's length and how it is watched, nothing it computes.
+
+A resumed run continues the saved one exactly, so the model, the data and the optimisation stay
+as saved; a changed one of those is refused with the list of differences. What may change:
+
+  max_steps, time_budget        how long it trains; the cosine decay keeps the length it started
+                                with (`schedule_steps`), so more steps do not re-stretch it
+  eval_every, eval_tokens, eval_batch_size, log_every, save_every, keep_checkpoints
+                                how it is watched and saved
+  device, compile, data_dir     where it runs and finds its data (the same bytes)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from formers.errors import FormersError
+from formers.overrides import apply_overrides, flatten
+from formers.presets import override
+from formers.train.checkpoint import latest_checkpoint, load_config
+from formers.train.config import RunConfig, run_config_from_dict
+
+RESUMABLE = frozenset(
+    {
+        "max_steps",
+        "time_budget",
+        "eval_every",
+        "eval_tokens",
+        "eval_batch_size",
+        "log_every",
+        "save_every",
+        "keep_checkpoints",
+        "device",
+        "compile",
+        "data_dir",
+    }
+)
+
+
+def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any]) -> RunConfig:
+    """The saved config of the run in `run_dir` with the allowed `overrides` applied.
+
+    Args:
+        run_dir: the run folder to continue.
+        preset: the --preset given on the command line, if any (it must be the run's).
+        overrides: "model.x" / "train.y" overrides from the command line or a config file.
+
+    Raises:
+        FormersError: no run to continue there, or a change that would make it another run.
+    """
+    if not run_dir.is_dir() or latest_checkpoint(run_dir) is None:
+        what = "does not exist" if not run_dir.exists() else "holds no checkpoint"
+        raise FormersError(
+            f"--resume: {run_dir} {what}, so there is no run to continue: check --run-dir, or "
+            "leave out --resume to start a new run there"
+        )
+    saved = run_config_from_dict(load_config(run_dir))
+    if preset is not None and preset != saved.preset:
+        raise FormersError(
+            f"--resume: {run_dir} was trained with --preset {saved.preset}, not {preset}: leave "
+            "--preset out to continue it, or pick another --run-dir for a new run"
+        )
+    train_keys, model_keys = {}, {}
+    for key, value in overrides.items():
+        if key.startswith("train."):
+            train_keys[key.removeprefix("train.")] = value
+        else:
+            model_keys[key.removeprefix("model.")] = value
+    wanted = dataclasses.replace(
+        saved,
+        model=override(saved.model, model_keys),
+        train=apply_overrides(saved.train, train_keys, prefix="train."),
+    )
+    before, after = flatten(saved.to_dict()), flatten(wanted.to_dict())
+    refused = [
+        f"{key}: {before.get(key)} -> {after.get(key)}"
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key) and key.removeprefix("train.") not in RESUMABLE
+    ]
+    if refused:
+        raise FormersError(
+            f"--resume continues {run_dir} exactly and cannot change {'; '.join(refused)}. "
+            f"It may change only train.{', train.'.join(sorted(RESUMABLE))}; start a new "
+            "--run-dir to train with other settings"
+        )
+    train = wanted.train
+    if train.max_steps != saved.train.max_steps and train.schedule_steps is None:
+        # the decay keeps the length the run started with
+        train = dataclasses.replace(train, schedule_steps=saved.train.max_steps)
+    return dataclasses.replace(wanted, train=train)

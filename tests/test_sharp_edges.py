@@ -1,0 +1,256 @@
+"""What a new user runs into: devices that are not there, surprises on resume, two trainers in
+one folder, fields that make no sense, generation output, and what each command prints where."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from formers import cli
+from formers.train.metrics import read_metrics
+
+TINY = [
+    *("--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2"),
+    *("--model.d_ff", "64", "--train.batch_size", "2", "--train.seq_len", "16"),
+    *("--train.eval_every", "0", "--train.precision", "fp32", "--train.log_every", "1"),
+    *("--train.warmup_steps", "1", "--no-progress"),
+]
+PYTHON_ADVICE = ("load_config(", "strict=False", "tokenizer='byte'", "latest_checkpoint(", "unk=")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text("".join(f"to be or not to be, line {i}\n" for i in range(300)))
+    return path
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def train(capsys, run, corpus, *extra) -> tuple[int, str, str]:
+    return run_cli(capsys, "train", "--run-dir", run, "--train.corpus", corpus, *TINY, *extra)
+
+
+@pytest.fixture
+def trained(tmp_path, corpus, capsys):
+    run = tmp_path / "run"
+    assert train(capsys, run, corpus, "--train.max_steps", "3", "--train.save_every", "2")[0] == 0
+    return run
+
+
+# --- 1. a device that is not there -------------------------------------------------------------
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+
+
+@no_cuda
+@pytest.mark.parametrize("command", ["eval", "generate"])
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "mps"])
+def test_a_missing_device_is_named_before_anything_is_loaded(trained, capsys, command, device):
+    code, out, err = run_cli(capsys, command, trained, "--device", device)
+    assert code == 2 and out == ""
+    assert "no such device" in err or "no CUDA device" in err
+    assert "cpu" in err and "damaged" not in err and "delete" not in err
+
+
+@no_cuda
+def test_training_on_a_missing_device_is_one_line_and_makes_no_folder(tmp_path, corpus, capsys):
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, "--train.device", "cuda")
+    assert code == 2 and "--train.device cuda" in err and "Traceback" not in err
+    assert not run.exists()
+
+
+# --- 2. resume -------------------------------------------------------------------------------
+
+
+def test_resuming_a_missing_run_is_refused_and_names_the_folder(tmp_path, corpus, capsys):
+    missing = tmp_path / "typo"
+    code, _, err = train(capsys, missing, corpus, "--resume")
+    assert code == 2 and str(missing) in err and "no run to continue" in err
+    assert not missing.exists()
+
+
+def test_resume_refuses_changed_training_settings_and_lists_them(trained, corpus, capsys):
+    code, _, err = train(capsys, trained, corpus, "--resume", "--train.lr", "3e-4")
+    assert code == 2 and "train.lr: 0.001 -> 0.0003" in err
+    code, _, err = run_cli(
+        capsys, "train", "--run-dir", trained, "--resume", "--preset", "primer-ez"
+    )
+    assert code == 2 and "--preset vanilla" in err
+    other = trained.parent / "other.txt"
+    other.write_text("something else entirely\n" * 100)
+    code, _, err = train(capsys, trained, other, "--resume")
+    assert code == 2 and "train.corpus" in err
+
+
+def test_resume_with_more_steps_keeps_the_schedule_and_the_config_says_so(trained, corpus, capsys):
+    code, out, _ = train(capsys, trained, corpus, "--resume", "--train.max_steps", "5")
+    assert code == 0 and json.loads(out)["step"] == 5
+    saved = json.loads((trained / "config.json").read_text())["train"]
+    assert saved["max_steps"] == 5 and saved["schedule_steps"] == 3  # the decay it started with
+    lrs = [r["lr"] for r in read_metrics(trained, "train")]
+    assert lrs[3] == lrs[4] == pytest.approx(0.1 * 1e-3)  # past the decay: its final rate
+
+
+def test_resuming_a_finished_run_adds_no_second_final_evaluation(trained, corpus, capsys):
+    before = read_metrics(trained)
+    code, out, err = train(capsys, trained, corpus, "--resume")
+    assert code == 0 and json.loads(out)["stopped"] == "finished"
+    assert "already finished" in err
+    assert read_metrics(trained) == before
+
+
+# --- 3. one trainer per run folder -----------------------------------------------------------
+
+
+def test_a_second_trainer_in_a_busy_folder_is_refused(trained, corpus, capsys):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = {"pid": holder.pid, "host": socket.gethostname(), "since": time.time()}
+        (trained / ".lock").write_text(json.dumps(owner))
+        code, _, err = train(capsys, trained, corpus, "--resume", "--train.max_steps", "5")
+        assert code == 2 and f"pid {holder.pid}" in err and "in use" in err
+        assert read_metrics(trained, "train")[-1]["step"] == 3  # nothing was trained
+    finally:
+        holder.kill()
+        holder.wait()
+    # its process is gone: the lock is stale and the next trainer takes it over
+    code, _, _ = train(capsys, trained, corpus, "--resume", "--train.max_steps", "5")
+    assert code == 0 and not (trained / ".lock").exists()
+
+
+def test_a_start_that_fails_after_the_folder_is_made_leaves_no_folder(tmp_path, corpus, capsys):
+    run = tmp_path / "run"  # the corpus loads, but holds too few tokens for these batches
+    code, _, err = train(capsys, run, corpus, "--train.batch_size", "64", "--train.seq_len", "512")
+    assert code == 2 and "too few" in err
+    assert not run.exists()
+
+
+# --- 4. fields that make no sense --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("log_every", "0"),
+        ("keep_checkpoints", "0"),
+        ("eval_every", "-1"),
+        ("warmup_steps", "-1"),
+        ("weight_decay", "-0.1"),
+        ("grad_clip", "-1"),
+    ],
+)
+def test_a_bad_training_field_is_refused_before_training(tmp_path, corpus, capsys, field, value):
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, f"--train.{field}", value)
+    assert code == 2 and f"train.{field}" in err and "Traceback" not in err
+    assert not run.exists()
+
+
+def test_cli_errors_give_flags_not_python_advice(trained, tmp_path, corpus, capsys):
+    messages = []
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 au lait\n".encode("latin-1") * 200)
+    messages.append(train(capsys, tmp_path / "a", latin1, "--train.tokenizer", "char")[2])
+    shakespeare = tmp_path / "chars.txt"
+    shakespeare.write_text("abc\n" * 300)
+    run = tmp_path / "chars"
+    train(capsys, run, shakespeare, "--train.tokenizer", "char", "--train.max_steps", "1")
+    messages.append(run_cli(capsys, "generate", run, "--prompt", "xyz")[2])
+    (trained / "checkpoints" / "step_000003" / "model.safetensors").write_bytes(b"not a file")
+    messages.append(run_cli(capsys, "eval", trained)[2])
+    for message in messages:
+        assert message.startswith("error: ") and message.count("\n") == 1, message
+        assert not any(advice in message for advice in PYTHON_ADVICE), message
+    assert "--train.tokenizer byte" in messages[0] and "--train.tokenizer byte" in messages[1]
+
+
+# --- 6. what the commands print ----------------------------------------------------------------
+
+
+def test_train_prints_one_json_result_on_stdout_and_why_it_stopped(tmp_path, corpus, capsys):
+    code, out, err = train(capsys, tmp_path / "run", corpus, "--train.max_steps", "2")
+    assert code == 0 and json.loads(out)["stopped"] == "max_steps"
+    assert "stopped at step 2: reached max_steps" in err
+    code, out, err = train(
+        capsys, tmp_path / "budget", corpus, "--train.max_steps", "100000", "--train.time_budget",
+        "1s",
+    )  # fmt: skip
+    assert json.loads(out)["stopped"] == "time_budget" and "time budget ran out" in err
+
+
+def test_word_level_generation_spaces_its_words_and_names_unknown_ones(tmp_path, capsys):
+    words = tmp_path / "words.txt"
+    words.write_text("the company said the market rose\n" * 200)
+    run = tmp_path / "run"
+    assert train(capsys, run, words, "--train.tokenizer", "word", "--train.max_steps", "1")[0] == 0
+    code, out, err = run_cli(
+        capsys, "generate", run, "--prompt", "the company zebra said", "--max-new-tokens", "4"
+    )
+    assert code == 0 and out.startswith("the company <unk> said ")
+    assert "zebra" in err and "<unk>" in err
+    assert all(word for word in out.split(" ")[:6])  # no word glued to the next
+
+
+def test_generate_checks_its_options_before_printing_anything(trained, capsys):
+    code, out, err = run_cli(capsys, "generate", trained, "--prompt", "to be", "--top-p", "2")
+    assert code == 2 and out == "" and "top_p" in err
+
+
+def test_eval_and_generate_take_a_checkpoint_step(trained, capsys):
+    code, out, _ = run_cli(capsys, "eval", trained, "--checkpoint", "2", "--max-tokens", "50")
+    assert code == 0 and json.loads(out)["step"] == 2
+    code, _, err = run_cli(capsys, "generate", trained, "--checkpoint", "7")
+    assert code == 2 and "--checkpoint 2 or 3" in err
+    code, out, _ = run_cli(
+        capsys, "generate", trained, "--checkpoint", "2", "--max-new-tokens", "3"
+    )
+    assert code == 0 and out
+
+
+def test_eval_shows_progress_on_stderr_only(trained, capsys):
+    code, out, err = run_cli(capsys, "eval", trained)
+    assert code == 0 and json.loads(out)["tokens"] > 0 and "eval" in err
+
+
+def test_config_prints_every_field_with_its_value(capsys):
+    code, out, _ = run_cli(capsys, "config", "vanilla", "--model.d_model", "128")
+    config = json.loads(out)
+    assert code == 0 and config["model"]["d_model"] == 128 and config["train"]["log_every"] == 10
+    def help_of(command):
+        text = subprocess.run(
+            [sys.executable, "-m", "formers", command, "--help"], capture_output=True, text=True
+        ).stdout
+        return " ".join(text.split())
+
+    assert "formers config PRESET" in help_of("train")
+    generate_help = help_of("generate")
+    assert "(default: 0.8)" in generate_help and "(default: 200)" in generate_help
+
+
+def test_data_list_says_which_corpora_are_here(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "data", "list", "--data-dir", tmp_path)
+    lines = {line.split()[0]: line for line in out.splitlines() if line and line[0] != " "}
+    assert code == 0 and "present" in lines["stdlib"] and "missing" in lines["ptb"]
+    assert "formers data get enwik8" in out
+
+
+# --- 8. file modes -----------------------------------------------------------------------------
+
+
+def test_checkpoint_files_all_have_one_mode(trained):
+    folder = trained / "checkpoints" / "step_000003"
+    modes = {path.name: os.stat(path).st_mode & 0o777 for path in folder.iterdir()}
+    assert len(set(modes.values())) == 1, modes
