@@ -12,6 +12,7 @@ from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.linformer import LinformerConfig
 from formers.variants.primer_ez import MDHAConfig
+from formers.variants.routing import RoutingConfig
 from formers.variants.switch import SwitchConfig
 from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
@@ -92,6 +93,13 @@ def switch() -> ModelConfig:
     return dataclasses.replace(vanilla(), ffn=SwitchConfig(layers="odd", n_experts=8))
 
 
+def routing() -> ModelConfig:
+    """Routing Transformer (Roy et al. 2020): vanilla whose heads are half local (a window of 128
+    to 255 positions) and half routed by online k-means (32 clusters, a query seeing up to 32
+    members of its cluster: about √T clusters of √T tokens at T = 1,024)."""
+    return dataclasses.replace(vanilla(), attention=RoutingConfig())
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -105,6 +113,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "bert": bert,
     "linformer": linformer,
     "switch": switch,
+    "routing": routing,
 }
 
 

@@ -18,6 +18,7 @@ from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
 from formers.variants.linformer import LinformerAttention
 from formers.variants.primer_ez import MultiDConvHeadAttention
+from formers.variants.routing import RoutingAttention
 from formers.variants.switch import SwitchFeedForward
 from formers.variants.topk import TopKAttention
 from formers.variants.xl import RelativeMultiHeadAttention, XLBlock
@@ -30,6 +31,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "primer_xl": PrimerXLAttention,
     "topk": TopKAttention,
     "linformer": LinformerAttention,
+    "routing": RoutingAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward, "switch": SwitchFeedForward}
