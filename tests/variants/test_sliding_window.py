@@ -243,6 +243,27 @@ def test_rows_that_see_no_key_are_zero_in_every_dtype(dtype, causal):
     assert (k.grad[1] == 0).all() and (v.grad[1] == 0).all()
 
 
+def test_the_fused_kernel_never_gets_a_row_without_keys(monkeypatch):
+    """torch before 2.5 (and some GPU backends) return NaN for a fully masked row; torch 2.13 on
+    CPU returns zeros, so the zero-output test above cannot see this guard go missing."""
+    fused = F.scaled_dot_product_attention
+
+    def checked(q, k, v, attn_mask=None, **kwargs):
+        assert attn_mask.any(-1).all(), "a query row with no visible key reached the kernel"
+        return fused(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", checked)
+    q, k, v = random_qkv(2, 30)
+    key_valid = torch.ones(2, 30, dtype=torch.bool)
+    key_valid[0, 4:22] = False
+    for causal in (True, False):
+        out = sliding_window_attention(q, k, v, window=3, causal=causal, key_valid=key_valid)
+        assert (out[0, :, 12] == 0).all()
+    cache = RollingKVCache(window=3)
+    cache.append(k, v, key_valid)
+    assert (rolling_window_attention(q[:, :, -20:], cache)[0, :, 12 - 10] == 0).all()
+
+
 def test_rolling_cache_holds_at_most_the_span():
     window, dilation = 4, (1, 3, 2, 1)
     cache = RollingKVCache(window, dilation)
