@@ -32,13 +32,23 @@ from formers.errors import InputError
 MIN_BLOCK_SIZE = 32
 
 
+class _Band(NamedTuple):
+    """What every head group shares: the window and how to attend inside it."""
+
+    window: int
+    causal: bool
+    scale: float
+    dropout: float
+    block_size: int | None
+
+
 class _GlobalKeys(NamedTuple):
-    """Global keys as the blocked kernel needs them (one batch row per residue class)."""
+    """Global keys, with the first query index of the (sub)sequence that may see each."""
 
     k: Tensor  # (B, H, G, K)
     v: Tensor  # (B, H, G, K)
     valid: Tensor  # (B, G) bool
-    first_query: Tensor | None  # (B, G) long: earliest query index that sees it; None: all do
+    first_query: Tensor | None  # (B, G) long; None: every query sees them
 
 
 def sliding_window_attention(
@@ -96,47 +106,37 @@ def sliding_window_attention(
     batch, heads, length, dim = q.shape
     dilations = _head_dilations(dilation, heads)
     _check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
+    if length == 0:
+        return torch.zeros_like(q)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    band = _Band(window, causal, scale, dropout, block_size)
 
-    band_valid = key_valid
-    globals_ = None
+    band_valid, globals_ = key_valid, None
     if global_keys is not None:
         k_g, v_g, valid_g = global_keys
         if valid_g is None:
-            valid_g = torch.ones(k_g.shape[0], k_g.shape[2], dtype=torch.bool, device=q.device)
+            valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=q.device)
         if global_positions is not None:
             # No double counting: a global position is seen through its global copy only.
             not_global = ~_global_position_marks(global_positions, valid_g, length)  # (B, T)
             band_valid = not_global if key_valid is None else key_valid & not_global
-        globals_ = (k_g, v_g, valid_g, global_positions if causal else None)
-
-    def attend(heads_q: Tensor, heads_k: Tensor, heads_v: Tensor, d: int, index) -> Tensor:
-        head_globals = None
-        if globals_ is not None:
-            k_g, v_g, valid_g, positions = globals_
-            head_globals = (k_g[:, index], v_g[:, index], valid_g, positions)
-        return _dilated_attention(
-            heads_q,
-            heads_k,
-            heads_v,
-            window,
-            causal,
-            d,
-            band_valid,
-            head_globals,
-            scale,
-            dropout,
-            block_size,
-        )
+        # Causal: query i sees a global key at position p from i = p on.
+        globals_ = _GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
 
     groups = _heads_by_dilation(dilations)
     if len(groups) == 1:
-        return attend(q, k, v, dilations[0], slice(None))
+        return _dilated_attention(q, k, v, dilations[0], band_valid, globals_, band)
     # Per-head dilation: heads sharing a dilation run together, then return to their places.
     outputs, order = [], []
     for d, head_ids in groups.items():
         index = torch.tensor(head_ids, device=q.device)
-        outputs.append(attend(q[:, index], k[:, index], v[:, index], d, index))
+        head_globals = None
+        if globals_ is not None:
+            head_globals = globals_._replace(k=globals_.k[:, index], v=globals_.v[:, index])
+        heads_q, heads_k, heads_v = q[:, index], k[:, index], v[:, index]  # (B, H_d, T, K)
+        outputs.append(
+            _dilated_attention(heads_q, heads_k, heads_v, d, band_valid, head_globals, band)
+        )
         order.extend(head_ids)
     inverse = torch.argsort(torch.tensor(order, device=q.device))
     return torch.cat(outputs, dim=1).index_select(1, inverse)  # (B, H, T, K)
@@ -164,14 +164,10 @@ def _dilated_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    window: int,
-    causal: bool,
     dilation: int,
     band_valid: Tensor | None,
-    globals_: tuple[Tensor, Tensor, Tensor, Tensor | None] | None,
-    scale: float,
-    dropout: float,
-    block_size: int | None,
+    globals_: _GlobalKeys | None,
+    band: _Band,
 ) -> Tensor:
     """One dilation for all the given heads: the undilated band on each residue class.
 
@@ -179,47 +175,42 @@ def _dilated_attention(
     window on each of the d interleaved subsequences r, r + d, r + 2d, … (Fig. 2c). They become
     d batch rows of length ⌈T/d⌉; padding at the end of a subsequence is marked invalid.
     """
+    if dilation == 1:
+        return _blocked_band(q, k, v, band_valid, globals_, band)
     batch, heads, length, dim = q.shape
     d = dilation
     sub_len = -(-length // d)
     pad = sub_len * d - length
-    left, right = band_reach(window, causal)
 
     def to_residues(x: Tensor) -> Tensor:
         x = F.pad(x, (0, 0, 0, pad)).view(batch, heads, sub_len, d, dim)
         return x.permute(0, 3, 1, 2, 4).reshape(batch * d, heads, sub_len, dim)  # (B·d, H, T/d, K)
 
-    valid = band_valid
-    if d > 1 and (valid is not None or pad):
-        if valid is None:
-            valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
-        valid = F.pad(valid, (0, pad), value=False).view(batch, sub_len, d)
+    valid = None
+    if band_valid is not None or pad:
+        if band_valid is None:
+            band_valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
+        valid = F.pad(band_valid, (0, pad), value=False).view(batch, sub_len, d)
         valid = valid.transpose(1, 2).reshape(batch * d, sub_len)  # (B·d, T/d)
 
-    kernel_globals = None
     if globals_ is not None:
-        k_g, v_g, valid_g, positions = globals_
-        first_query = None
-        if positions is not None:
-            # Causal: residue r's query t sits at position r + t·d, so it sees a global key at
-            # position p once t >= ⌈(p − r)/d⌉.
+        first_query = globals_.first_query
+        if first_query is not None:
+            # Residue r's query t sits at position r + t·d: it reaches position p once
+            # t >= ⌈(p − r)/d⌉.
             residue = torch.arange(d, device=q.device)[None, :, None]  # (1, d, 1)
             first_query = torch.div(
-                positions[:, None, :] - residue + d - 1, d, rounding_mode="floor"
+                first_query[:, None, :] - residue + d - 1, d, rounding_mode="floor"
             ).reshape(batch * d, -1)  # (B·d, G)
-        kernel_globals = _GlobalKeys(
-            k_g.repeat_interleave(d, dim=0),  # (B·d, H, G, K)
-            v_g.repeat_interleave(d, dim=0),
-            valid_g.repeat_interleave(d, dim=0),  # (B·d, G)
+        globals_ = _GlobalKeys(
+            globals_.k.repeat_interleave(d, dim=0),  # (B·d, H, G, K)
+            globals_.v.repeat_interleave(d, dim=0),
+            globals_.valid.repeat_interleave(d, dim=0),  # (B·d, G)
             first_query,
         )
 
-    if d == 1:
-        return _blocked_band(
-            q, k, v, left, right, valid, kernel_globals, scale, dropout, block_size
-        )
     q, k, v = to_residues(q), to_residues(k), to_residues(v)  # (B·d, H, T/d, K)
-    out = _blocked_band(q, k, v, left, right, valid, kernel_globals, scale, dropout, block_size)
+    out = _blocked_band(q, k, v, valid, globals_, band)
     out = out.view(batch, d, heads, sub_len, dim).permute(0, 2, 3, 1, 4)  # (B, H, T/d, d, K)
     return out.reshape(batch, heads, sub_len * d, dim)[:, :, :length]  # (B, H, T, K)
 
@@ -228,13 +219,9 @@ def _blocked_band(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    left: int,
-    right: int,
     key_valid: Tensor | None,
     globals_: _GlobalKeys | None,
-    scale: float,
-    dropout: float,
-    block_size: int | None,
+    band: _Band,
 ) -> Tensor:
     """The undilated band: query i sees keys i − left … i + right (and the global keys).
 
@@ -244,10 +231,11 @@ def _blocked_band(
     query a sees local key e iff 0 <= e − a <= left + right, the same mask for every block.
     """
     batch, heads, length, dim = q.shape
+    left, right = band_reach(band.window, band.causal)
     # Distances past T − 1 reach no key: clamping them keeps short sequences from paying for
     # a long window.
     left, right = min(left, length - 1), min(right, length - 1)
-    size = min(block_size or default_block_size(left + right), length)
+    size = min(band.block_size or default_block_size(left + right), length)
     n_blocks = -(-length // size)
     padded = n_blocks * size
     span = size + left + right
@@ -258,20 +246,18 @@ def _blocked_band(
 
     def key_blocks(x: Tensor) -> Tensor:
         x = F.pad(x, (0, 0, left, padded - length + right))  # (B, H, left + N·Q + right, K)
-        x = x.unfold(2, span, size)  # (B, H, N, K, L)
-        return x.permute(0, 2, 1, 4, 3).reshape(
-            batch * n_blocks, heads, span, dim
-        )  # (B·N, H, L, K)
+        x = x.unfold(2, span, size).permute(0, 2, 1, 4, 3)  # (B, N, H, L, K), overlapping
+        return x.reshape(batch * n_blocks, heads, span, dim)  # (B·N, H, L, K)
 
     if key_valid is None:
         key_valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
     valid = F.pad(key_valid, (left, padded - length + right), value=False)  # (B, left+N·Q+right)
     valid = valid.unfold(1, span, size)  # (B, N, L)
-    offset = (
-        torch.arange(span, device=q.device)[None, :] - torch.arange(size, device=q.device)[:, None]
-    )
-    band = (offset >= 0) & (offset <= left + right)  # (Q, L)
-    allowed = band & valid[:, :, None, :]  # (B, N, Q, L)
+    local_key = torch.arange(span, device=q.device)
+    local_query = torch.arange(size, device=q.device)
+    offset = local_key[None, :] - local_query[:, None]  # (Q, L): j − i + left
+    in_band = (offset >= 0) & (offset <= left + right)  # (Q, L)
+    allowed = in_band & valid[:, :, None, :]  # (B, N, Q, L)
 
     keys, values = key_blocks(k), key_blocks(v)
     if globals_ is not None:
@@ -293,7 +279,7 @@ def _blocked_band(
         )  # (B, N, Q, L + G)
 
     allowed = allowed.reshape(batch * n_blocks, 1, size, -1)  # (B·N, 1, Q, L + G)
-    out = attend_blocks(query_blocks(q), keys, values, allowed, scale, dropout)  # (B·N, H, Q, K)
+    out = attend_blocks(query_blocks(q), keys, values, allowed, band.scale, band.dropout)
     out = out.view(batch, n_blocks, heads, size, dim).transpose(1, 2)  # (B, H, N, Q, K)
     return out.reshape(batch, heads, padded, dim)[:, :, :length]  # (B, H, T, K)
 

@@ -188,6 +188,12 @@ def test_window_covering_the_sequence_is_full_attention(length):
     torch.testing.assert_close(huge, expected, rtol=1e-10, atol=1e-12)
 
 
+def test_an_empty_sequence_gives_an_empty_output():
+    q, k, v = random_qkv(2, 0)
+    out = sliding_window_attention(q, k, v, window=4, causal=True, dilation=PER_HEAD)
+    assert out.shape == q.shape
+
+
 @pytest.mark.parametrize("dilation", [1, 3, PER_HEAD], ids=["d1", "d3", "per_head"])
 def test_later_keys_never_change_earlier_outputs(dilation):
     length, window = 40, 6
