@@ -360,6 +360,7 @@ def _check_inputs(
         raise InputError(
             f"key_valid must be (B, T) = {(batch, length)}, got {tuple(key_valid.shape)}"
         )
+    _check_dtype("key_valid", key_valid, torch.bool)
     if block_size is not None and block_size < 1:
         raise InputError(f"block_size={block_size} must be positive")
     if global_keys is None:
@@ -371,14 +372,21 @@ def _check_inputs(
     expected = (batch, heads, n_global, dim)
     if k_g.shape != expected or v_g.shape != expected:
         raise InputError(
-            f"global keys and values must be (B, H, G, K) = (B, H, G, K) of q, got "
-            f"{tuple(k_g.shape)} and {tuple(v_g.shape)} for q {tuple(q.shape)}"
+            f"global keys and values must be (B, H, G, K) with the B, H and K of q "
+            f"{tuple(q.shape)}, got {tuple(k_g.shape)} and {tuple(v_g.shape)}"
         )
     for name, tensor in (("valid_g", valid_g), ("global_positions", global_positions)):
         if tensor is not None and tensor.shape != (batch, n_global):
             raise InputError(
                 f"{name} must be (B, G) = {(batch, n_global)}, got {tuple(tensor.shape)}"
             )
+    _check_dtype("valid_g", valid_g, torch.bool)
+    _check_dtype("global_positions", global_positions, torch.long)
+
+
+def _check_dtype(name: str, tensor: Tensor | None, dtype: torch.dtype) -> None:
+    if tensor is not None and tensor.dtype != dtype:
+        raise InputError(f"{name} must be a {dtype} tensor, got {tensor.dtype}")
 
 
 class RollingKVCache:

@@ -377,7 +377,9 @@ def test_dropout_is_drawn_from_the_seed_and_spares_empty_rows():
         (dict(window=3, dilation=0), "dilation 0"),
         (dict(window=3, dilation=(1, 2)), "2 entries for 4 heads"),
         (dict(window=3, key_valid=torch.ones(2, 9, dtype=torch.bool)), "key_valid"),
+        (dict(window=3, key_valid=torch.ones(2, 10)), "key_valid must be a torch.bool"),
         (dict(window=3, global_positions=torch.zeros(2, 1, dtype=torch.long)), "global_keys"),
+        (dict(window=3, global_keys=(torch.ones(2, 3, 1, 8),) * 2 + (None,)), "global keys"),
     ],
 )
 def test_bad_arguments_name_the_problem(kwargs, message):
