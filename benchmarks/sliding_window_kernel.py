@@ -7,7 +7,8 @@ CPU, allocator statistics on CUDA):
 
   scaling  the causal window kernel vs full causal `scaled_dot_product_attention` per length;
   blocks   the kernel per block size at one length (how the default block was chosen);
-  kernels  block pairs through the fused kernel vs two batched matmuls and a masked softmax.
+  kernels  block pairs through the fused kernel vs two batched matmuls and a masked softmax
+           (the kernel itself picks the explicit path on CPU in bf16/fp16, the fused elsewhere).
 
     python benchmarks/sliding_window_kernel.py scaling --threads 2 \
         --lengths 1024 2048 4096 8192 16384 --window 256 --json results/sliding_window.json
@@ -29,11 +30,12 @@ from formers.bench.hardware import device_name
 from formers.bench.memory import peak_rise_bytes
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
-from formers.layers.mask import mask_scores
 from formers.variants import sliding_window
 from formers.variants.sliding_window import (
     band_reach,
     default_block_size,
+    explicit_attend_blocks,
+    fused_attend_blocks,
     sliding_window_attention,
 )
 
@@ -56,15 +58,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=None, help="write the rows here")
     return p.parse_args(argv)
-
-
-def explicit_attend_blocks(q, k, v, allowed, scale, dropout):
-    """The alternative to the fused kernel: scores, masked softmax, weights @ v (attention.py's
-    explicit path), keeping the (B·N, H, Q, L) weights for the backward pass."""
-    scores = (q * scale) @ k.transpose(-1, -2)  # (B·N, H, Q, L)
-    weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
-    weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    return F.dropout(weights, dropout) @ v
 
 
 def measure(
@@ -138,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"n={length} {dtype_name}: default block {default_block_size(left + right)}")
             else:
                 candidates = {
-                    "fused": step(window),
+                    "fused": with_attend_blocks(fused_attend_blocks, step(window)),
                     "explicit": with_attend_blocks(explicit_attend_blocks, step(window)),
                 }
             results = measure(candidates, args.repeats, device)
