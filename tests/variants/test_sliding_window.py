@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from formers.errors import InputError
+from formers.variants import sliding_window
 from formers.variants.sliding_window import (
     RollingKVCache,
     rolling_window_attention,
@@ -142,6 +143,21 @@ def test_matches_dense_reference_forward_and_gradients(length, window, dilation,
     padded = dict(kwargs, key_valid=random_padding(2, length))
     assert_same_forward_and_gradients(padded, length, block_size=5, with_globals=True)
     assert_same_forward_and_gradients(kwargs, length, with_globals=True)
+
+
+@pytest.mark.parametrize("length", [7, 33])
+@pytest.mark.parametrize("window", [3, 8])
+@pytest.mark.parametrize("dilation", [1, PER_HEAD], ids=["d1", "per_head"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "two_sided"])
+def test_explicit_block_attention_matches_dense_reference(
+    monkeypatch, length, window, dilation, causal
+):
+    """The matmul + masked softmax path (CPU bf16/fp16) checked in float64 like the fused one."""
+    monkeypatch.setattr(sliding_window, "attend_blocks", sliding_window.explicit_attend_blocks)
+    kwargs = dict(window=window, causal=causal, dilation=dilation)
+    assert_same_forward_and_gradients(kwargs, length, block_size=3)
+    padded = dict(kwargs, key_valid=random_padding(2, length))
+    assert_same_forward_and_gradients(padded, length, block_size=5, with_globals=True)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -334,15 +350,21 @@ class LargestTensor(TorchDispatchMode):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(causal=True), dict(causal=False, dilation=2), dict(causal=True, globals=True)],
-    ids=["causal", "two_sided_dilated", "causal_globals"],
+    [
+        dict(causal=True),
+        dict(causal=False, dilation=2),
+        dict(causal=True, globals=True),
+        dict(causal=True, dtype=torch.bfloat16),  # the explicit path
+    ],
+    ids=["causal", "two_sided_dilated", "causal_globals", "causal_bf16"],
 )
 def test_no_tensor_grows_with_the_square_of_the_length(kwargs):
     length, window = 2048, 64
     kwargs = dict(kwargs)
-    q, k, v = random_qkv(1, length, dtype=torch.float32, heads=2, dim=16, requires_grad=True)
+    dtype = kwargs.pop("dtype", torch.float32)
+    q, k, v = random_qkv(1, length, dtype=dtype, heads=2, dim=16, requires_grad=True)
     if kwargs.pop("globals", False):
-        k_g, v_g = torch.randn(2, 1, 2, 4, 16)
+        k_g, v_g = torch.randn(2, 1, 2, 4, 16, dtype=dtype)
         kwargs.update(
             global_keys=(k_g, v_g, None), global_positions=torch.tensor([[0, 7, 900, 1500]])
         )
@@ -352,11 +374,13 @@ def test_no_tensor_grows_with_the_square_of_the_length(kwargs):
         )
         out.sum().backward()
     assert record.largest < length * length // 4, record.largest
-    assert any("scaled_dot_product" in op for op in record.ops), "the fused kernel did not run"
+    fused = any("scaled_dot_product" in op for op in record.ops)
+    assert fused == (dtype == torch.float32), "fp32 takes the fused kernel, CPU bf16 the explicit"
 
 
-def test_dropout_is_drawn_from_the_seed_and_spares_empty_rows():
-    q, k, v = random_qkv(1, 20, dtype=torch.float32)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fused", "explicit"])
+def test_dropout_is_drawn_from_the_seed_and_spares_empty_rows(dtype):
+    q, k, v = random_qkv(1, 20, dtype=dtype)
     key_valid = torch.ones(1, 20, dtype=torch.bool)
     key_valid[0, 10:] = False
     kwargs = dict(window=3, causal=True, key_valid=key_valid)
