@@ -375,7 +375,8 @@ def test_no_tensor_grows_with_the_square_of_the_length(kwargs):
         out.sum().backward()
     assert record.largest < length * length // 4, record.largest
     fused = any("scaled_dot_product" in op for op in record.ops)
-    assert fused == (dtype == torch.float32), "fp32 takes the fused kernel, CPU bf16 the explicit"
+    # attention.py's rule: two matmuls beat the fused kernel for short keys on CPU bf16/fp16
+    assert fused == (dtype == torch.float32 or q.device.type != "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fused", "explicit"])
