@@ -10,7 +10,8 @@ queries against the few key blocks its window reaches, all block pairs in one ca
 faster: CPU bf16/fp16); no n×n tensor is ever built.
 
 These are pure functions: an attention module calls `sliding_window_attention` for training and
-scoring, and `RollingKVCache` + `rolling_window_attention` for generation.
+scoring, and `RollingKVCache` + `rolling_window_attention` (sliding_window_cache.py) for
+generation.
 
 Shapes: B batch, H heads, T sequence length, K head dim, G global keys, N query blocks,
 Q queries per block, L keys per block (Q + band reach, + G), W window keys of one query.
@@ -107,7 +108,7 @@ def sliding_window_attention(
         (B, H, T, K) attention outputs.
     """
     batch, heads, length, dim = q.shape
-    dilations = _head_dilations(dilation, heads)
+    dilations = head_dilations(dilation, heads)
     _check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
     if length == 0:
         return torch.zeros_like(q)
@@ -121,7 +122,7 @@ def sliding_window_attention(
             valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=q.device)
         if global_positions is not None:
             # No double counting: a global position is seen through its global copy only.
-            not_global = ~_global_position_marks(global_positions, valid_g, length)  # (B, T)
+            not_global = ~global_position_marks(global_positions, valid_g, length)  # (B, T)
             band_valid = not_global if key_valid is None else key_valid & not_global
         # Causal: query i sees a global key at position p from i = p on.
         globals_ = _GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
@@ -336,7 +337,7 @@ def explicit_attend_blocks(
     return weights @ v  # (B·N, H, Q, K)
 
 
-def _global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:
+def global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:
     """(B, T) bool: True at the positions of valid global keys (positions outside [0, T) mark
     nothing)."""
     inside = valid & (positions >= 0) & (positions < length)
@@ -346,7 +347,7 @@ def _global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Ten
     return marks.scatter_(1, index, True)[:, :length]
 
 
-def _head_dilations(dilation: int | Sequence[int], heads: int) -> list[int]:
+def head_dilations(dilation: int | Sequence[int], heads: int) -> list[int]:
     values = [dilation] * heads if isinstance(dilation, int) else list(dilation)
     if len(values) != heads:
         raise InputError(f"dilation has {len(values)} entries for {heads} heads: give one per head")
@@ -363,7 +364,7 @@ def _heads_by_dilation(dilations: list[int]) -> dict[int, list[int]]:
     return groups
 
 
-def _check_window(window: int) -> None:
+def check_window(window: int) -> None:
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise InputError(
             f"window={window!r} must be a positive integer: the keys a causal query sees "
@@ -381,7 +382,7 @@ def _check_inputs(
     global_positions: Tensor | None,
     block_size: int | None,
 ) -> None:
-    _check_window(window)
+    check_window(window)
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         raise InputError(
             f"q, k, v must share one shape (B, H, T, K) (self-attention), got "
@@ -419,132 +420,3 @@ def _check_inputs(
 def _check_dtype(name: str, tensor: Tensor | None, dtype: torch.dtype) -> None:
     if tensor is not None and tensor.dtype != dtype:
         raise InputError(f"{name} must be a {dtype} tensor, got {tensor.dtype}")
-
-
-class RollingKVCache:
-    """The keys and values a causal sliding window can still reach, for step-by-step decoding.
-
-    span = (window − 1)·max(dilation) + 1 positions reach a query (itself included). After
-    `append` of n positions the cache holds the last min(position, span − 1 + n): the span − 1
-    earlier ones the oldest new query may still see, and the new ones. Decoding one position at
-    a time it holds exactly the last span: memory constant in the generated length.
-
-    Args:
-        window: keys per query, itself included, as in `sliding_window_attention(causal=True)`.
-        dilation: one int or one per head.
-    """
-
-    def __init__(self, window: int, dilation: int | Sequence[int] = 1) -> None:
-        _check_window(window)
-        self.window = window
-        self.dilation = dilation
-        largest = max([dilation] if isinstance(dilation, int) else dilation)
-        self.span = (window - 1) * largest + 1
-        self.position = 0  # positions appended so far
-        self.last_appended = 0
-        self.keys: Tensor | None = None  # (B, H, S, K)
-        self.values: Tensor | None = None  # (B, H, S, K)
-        self.valid: Tensor | None = None  # (B, S) bool; None: no padding
-
-    def append(self, k: Tensor, v: Tensor, valid: Tensor | None = None) -> None:
-        """Add the keys and values (B, H, n, K) of the next n positions, `valid` (B, n) False
-        at padding, and forget what no later query can reach."""
-        new = k.shape[2]
-        _head_dilations(self.dilation, k.shape[1])
-        if self.keys is None:
-            # A copy: a view would keep the caller's whole buffer (a long prompt's) alive.
-            keys, values, old_valid, kept = k.clone(), v.clone(), None, 0
-        else:
-            kept = min(self.span - 1, self.keys.shape[2])
-            start = self.keys.shape[2] - kept
-            keys = torch.cat([self.keys[:, :, start:], k], dim=2)  # (B, H, kept + n, K)
-            values = torch.cat([self.values[:, :, start:], v], dim=2)
-            old_valid = None if self.valid is None else self.valid[:, start:]
-        if valid is not None or old_valid is not None:
-            ones = torch.ones(k.shape[0], kept + new, dtype=torch.bool, device=k.device)
-            old_valid = ones[:, :kept] if old_valid is None else old_valid
-            valid = ones[:, kept:] if valid is None else valid
-            self.valid = torch.cat([old_valid, valid], dim=1)  # (B, kept + n)
-        self.keys, self.values = keys, values
-        self.position += new
-        self.last_appended = new
-
-
-def rolling_window_attention(
-    q: Tensor,
-    cache: RollingKVCache,
-    *,
-    global_keys: tuple[Tensor, Tensor, Tensor | None] | None = None,
-    global_positions: Tensor | None = None,
-    scale: float | None = None,
-) -> Tensor:
-    """Causal windowed attention of the newest queries against a `RollingKVCache`.
-
-    Equals `sliding_window_attention(causal=True)` over the whole sequence at those positions
-    (same window, dilation, padding and global keys). Each query gathers its own W = window
-    keys, so a call costs O(n·window) for n queries whatever the dilation; run the blocked
-    kernel over a long prompt and `append` its keys instead of calling this on it.
-
-    Args:
-        q: (B, H, n, K) queries of the last n positions appended (n <= the last append's).
-        cache: the keys and values so far, the new positions' included.
-        global_keys: (k_g, v_g, valid_g) as in `sliding_window_attention`.
-        global_positions: (B, G) long absolute positions of the global keys, or None.
-        scale: score scale; 1/√K by default.
-
-    Returns:
-        (B, H, n, K) attention outputs.
-    """
-    batch, heads, new, dim = q.shape
-    if cache.keys is None or new > cache.last_appended:
-        raise InputError(
-            f"{new} queries but the cache's last append added {cache.last_appended} positions: "
-            "append the new keys and values first"
-        )
-    scale = 1.0 / math.sqrt(dim) if scale is None else scale
-    stored = cache.keys.shape[2]
-    first = cache.position - stored  # absolute position of the oldest stored key
-    device = q.device
-
-    # Query t (stored index stored − n + t) sees stored index stored − n + t − m·d, m < window.
-    dilation = torch.tensor(_head_dilations(cache.dilation, heads), device=device)
-    steps = torch.arange(cache.window, device=device)
-    rows = torch.arange(stored - new, stored, device=device)
-    index = rows[None, :, None] - dilation[:, None, None] * steps  # (H, n, W)
-    allowed = (index >= 0).expand(batch, heads, new, cache.window)  # (B, H, n, W)
-    index = index.clamp(min=0)
-    head = torch.arange(heads, device=device)[:, None, None]
-    keys = cache.keys[:, head, index]  # (B, H, n, W, K)
-    values = cache.values[:, head, index]
-
-    band_valid = cache.valid
-    if global_keys is not None:
-        k_g, v_g, valid_g = global_keys
-        if valid_g is None:
-            valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=device)
-        sees_global = valid_g[:, None, None, :]  # (B, 1, 1, G)
-        if global_positions is not None:
-            marks = _global_position_marks(global_positions - first, valid_g, stored)  # (B, S)
-            band_valid = ~marks if band_valid is None else band_valid & ~marks
-            position = (first + rows)[None, None, :, None]  # (1, 1, n, 1)
-            sees_global = sees_global & (global_positions[:, None, None, :] <= position)
-        n_global = k_g.shape[2]
-        keys = torch.cat([keys, k_g[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
-        values = torch.cat([values, v_g[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
-        sees_global = sees_global.expand(batch, heads, new, n_global)
-    if band_valid is not None:
-        allowed = allowed & band_valid[:, index]  # (B, H, n, W)
-    if global_keys is not None:
-        allowed = torch.cat([allowed, sees_global], dim=-1)  # (B, H, n, W + G)
-
-    # One query per (batch, head, position): a batch of 1 × (W + G) attention problems.
-    width = keys.shape[3]
-    out = attend_blocks(
-        q.reshape(-1, 1, 1, dim),  # (B·H·n, 1, 1, K)
-        keys.reshape(-1, 1, width, dim),  # (B·H·n, 1, W + G, K)
-        values.reshape(-1, 1, width, dim),
-        allowed.reshape(-1, 1, 1, width),
-        scale,
-        0.0,
-    )
-    return out.view(batch, heads, new, dim)

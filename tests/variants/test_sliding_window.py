@@ -15,11 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from formers.errors import InputError
 from formers.variants import sliding_window
-from formers.variants.sliding_window import (
-    RollingKVCache,
-    rolling_window_attention,
-    sliding_window_attention,
-)
+from formers.variants.sliding_window import sliding_window_attention
+from formers.variants.sliding_window_cache import RollingKVCache, rolling_window_attention
 
 HEADS, DIM = 4, 8
 PER_HEAD = (1, 2, 3, 2)
