@@ -10,6 +10,7 @@ from formers.config import ModelConfig, did_you_mean
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
+from formers.variants.longformer import LongformerConfig
 from formers.variants.primer_ez import MDHAConfig
 from formers.variants.topk import TopKConfig
 from formers.variants.xl.presets import transformer_xl, transformer_xl_enwik8
@@ -55,6 +56,12 @@ def sparse_topk() -> ModelConfig:
     return dataclasses.replace(vanilla(), attention=TopKConfig(top_k=8))
 
 
+def longformer() -> ModelConfig:
+    """Longformer (Beltagy et al. 2020): vanilla whose queries see the last 256 positions, in
+    O(n·w) (§3.1); no global tokens in a causal LM, like the paper's character LM (§4)."""
+    return dataclasses.replace(vanilla(), attention=LongformerConfig(window=256))
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -65,6 +72,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer-xl-enwik8": transformer_xl_enwik8,
     "primer-xl": primer_xl,
     "sparse-topk": sparse_topk,
+    "longformer": longformer,
 }
 
 

@@ -16,6 +16,7 @@ from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
+from formers.variants.longformer import LongformerAttention
 from formers.variants.primer_ez import MultiDConvHeadAttention
 from formers.variants.topk import TopKAttention
 from formers.variants.xl import RelativeMultiHeadAttention, XLBlock
@@ -27,6 +28,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "xl": RelativeMultiHeadAttention,
     "primer_xl": PrimerXLAttention,
     "topk": TopKAttention,
+    "longformer": LongformerAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward}
