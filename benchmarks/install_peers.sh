@@ -7,3 +7,4 @@ quiet_pip() { python -m pip install --quiet --disable-pip-version-check "$@" \
 quiet_pip "torch==$torch_version" -e ".[peers]"
 quiet_pip --no-deps "labml-nn==0.5.1"
 python -c "import x_transformers, transformers, labml_nn; print('peers installed')"
+python -c "import local_attention; print('longformer peers installed')"
