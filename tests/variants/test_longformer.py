@@ -16,6 +16,7 @@ import torch
 from helpers import random_tokens, tiny_config
 
 import formers
+from formers.bench import flops
 from formers.bench.flops import keys_per_query
 from formers.infer import generate
 from formers.layers.attention import MultiHeadAttention
@@ -324,6 +325,20 @@ def test_preset_and_cost_model():
     assert keys_per_query(vanilla, 4096) == 4096
     with_globals = formers.config("longformer", **{"attention.global_tokens": "0,1"})
     assert keys_per_query(with_globals, 4096) == 258
+
+
+def test_flops_count_the_window_and_the_global_projections():
+    d, layers, seq = 32, 2, 64
+    plain = tiny_config("longformer", **{"attention.window": 5})
+    vanilla = tiny_config("vanilla")
+    assert flops.matmul_params(plain) == flops.matmul_params(vanilla)
+    assert flops.attention_flops_per_token(plain, seq) == 2 * 2 * layers * 5 * d
+    assert flops.attention_flops_per_token(plain, 3) == 2 * 2 * layers * 3 * d  # n < window
+    both = tiny_config("longformer", **{"attention.window": 5, "attention.global_tokens": "0,9"})
+    # K_g and V_g project every token (two-sided use; Q_g only the two global ones)
+    assert flops.matmul_params(both) == flops.matmul_params(vanilla) + layers * (2 * d * d + 2 * d)
+    # each query sees 5 + 2 keys; the 2 global rows see all 64: 2 more keys per token
+    assert flops.attention_flops_per_token(both, seq) == 2 * 2 * layers * (5 + 2 + 2) * d
 
 
 def test_the_cache_is_a_layer_state_of_its_own():
