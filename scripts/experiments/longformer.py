@@ -13,11 +13,21 @@ Writes into --out:
                          the mean over seeds
   valid_bpb.png          valid bits per byte against training seconds, every run
 
+With --extrapolate N (after training, seed --seeds[0]): each model scores valid windows of N
+tokens, positions it never saw in training (sinusoidal positions extrapolate; a window model
+only sees its last W keys of them), and reports bits per byte of the first --seq-len positions,
+of the later ones, and of the same later targets scored in windows of --seq-len (positions
+restarted at 0): where the last two agree, positions past the training length cost nothing.
+Writes extrapolation.json and .md.
+
 Re-running the same command skips finished runs and resumes interrupted ones; --report-only
 rebuilds the tables from what is on disk.
 
     python scripts/experiments/longformer.py --corpus wikitext-2-bytes --seeds 0 1 \\
         --seq-len 1024 --time-budget 150s --out runs/longformer-wt2
+    python scripts/experiments/longformer.py --corpus wikitext-2-bytes --seeds 0 1 \
+        --seq-len 1024 --time-budget 150s --out runs/longformer-wt2 --report-only \
+        --extrapolate 4096 --extrapolate-windows 16
 """
 
 from __future__ import annotations
@@ -73,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--report-only", action="store_true", help="only rebuild the tables")
+    p.add_argument("--extrapolate", type=int, default=0, help="score windows this long, see above")
+    p.add_argument("--extrapolate-windows", type=int, default=16, help="how many such windows")
     return p.parse_args(argv)
 
 
@@ -197,6 +209,58 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(["Command: `" + " ".join(summary["command"]) + "`", "", *lines, ""])
 
 
+@torch.no_grad()
+def extrapolation(args: argparse.Namespace) -> dict[str, Any]:
+    """Bits per byte of positions inside and past the training length (see the module doc)."""
+    from formers.run import load_run
+
+    length, trained = args.extrapolate, args.seq_len
+    valid = load_corpus(args.corpus, args.data_dir).splits["valid"]
+    count = min(args.extrapolate_windows, (len(valid) - 1) // length)
+    inputs = valid[: count * length].view(count, length)
+    targets = valid[1 : count * length + 1].view(count, length)
+    result = {}
+    for name in variants(args):
+        path = args.out / name / f"seed{args.seeds[0]}"
+        if not is_complete(path):
+            continue
+        model = load_run(path).model
+        long = torch.stack(  # one window at a time: (count, length) losses
+            [token_losses(model, inputs[i : i + 1], targets[i : i + 1])[0] for i in range(count)]
+        )
+        chunks = inputs[:, trained:].reshape(-1, trained)  # the later targets, positions from 0
+        short = token_losses(model, chunks, targets[:, trained:].reshape(-1, trained))
+        bits = 1 / math.log(2)
+        result[name] = {
+            "inside": bits * float(long[:, :trained].mean()),
+            "past": bits * float(long[:, trained:].mean()),
+            "past_in_training_windows": bits * float(short.mean()),
+            "windows": count,
+        }
+        print(name, result[name], flush=True)
+    return result
+
+
+def token_losses(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> Any:
+    logits = model(inputs).logits  # (B, T, V)
+    return torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+
+
+def extrapolation_markdown(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    n, t = args.extrapolate, args.seq_len
+    lines = [
+        f"Valid bits per byte in windows of {n} tokens (trained on {t}), seed {args.seeds[0]}, "
+        f"{next(iter(result.values()))['windows'] if result else 0} windows:",
+        "",
+        f"| variant | positions 0–{t - 1} | positions {t}–{n - 1} | same targets, windows of {t} |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, r in result.items():
+        past, short = r["past"], r["past_in_training_windows"]
+        lines.append(f"| {name} | {r['inside']:.4f} | {past:.4f} | {short:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
@@ -222,6 +286,12 @@ def main(argv: list[str] | None = None) -> None:
             ylabel=f"valid bits/byte (first {args.eval_tokens} bytes)",
         )
     print(markdown(summary))
+    if args.extrapolate:
+        result = extrapolation(args)
+        (args.out / "extrapolation.json").write_text(json.dumps(result, indent=2) + "\n")
+        table = extrapolation_markdown(args, result)
+        (args.out / "extrapolation.md").write_text(table)
+        print(table)
 
 
 if __name__ == "__main__":
