@@ -39,6 +39,8 @@ class RollingKVCache(LayerState):
         dilation: one int or one per head.
     """
 
+    bounded = True
+
     def __init__(self, window: int, dilation: int | Sequence[int] = 1) -> None:
         check_window(window)
         self.window = window

@@ -17,9 +17,11 @@ import torch
 from helpers import random_tokens, tiny_config
 
 import formers
+from formers import cli
 from formers.bench import flops
 from formers.bench.flops import keys_per_query
-from formers.infer import generate
+from formers.infer import generate, iter_generate
+from formers.infer.generate import decodes_in_a_window
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
 from formers.variants.longformer import LongformerAttention, LongformerCache
@@ -348,3 +350,35 @@ def test_the_cache_is_a_layer_state_of_its_own():
     with pytest.raises(formers.InputError, match="without padding"):
         mask = AttentionMask(causal=True, key_valid=torch.ones(1, 4, dtype=torch.bool))
         attn(torch.randn(1, 4, D), mask=mask, state=state)
+
+
+def test_only_a_model_windowed_in_every_layer_decodes_in_a_window():
+    assert decodes_in_a_window(formers.build(small()))
+    assert not decodes_in_a_window(formers.build(tiny_config("vanilla")))
+    mixed = tiny_config("longformer", attention={"window": 4, "layers": "0"})  # layer 1 vanilla
+    assert not decodes_in_a_window(formers.build(mixed))
+
+
+def test_formers_generate_keeps_the_rolling_cache_past_the_training_length(
+    tmp_path, monkeypatch, capsys
+):
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("".join(f"to be or not to be, line {i}\n" for i in range(200)))
+    run = tmp_path / "run"
+    sizes = "--model.n_layers 1 --model.d_model 32 --model.n_heads 2 --model.d_ff 64"
+    flags = f"{sizes} --model.attention.window 4 --train.seq_len 16 --train.batch_size 2"
+    flags += " --train.max_steps 2 --train.eval_every 0 --no-progress"
+    argv = ["train", "--preset", "longformer", "--run-dir", str(run), "--train.corpus"]
+    assert cli.main([*argv, str(corpus), *flags.split()]) == 0
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return iter_generate(*args, **kwargs)
+
+    monkeypatch.setattr(formers.infer, "iter_generate", spy)
+    args = ["generate", str(run), "--max-new-tokens", "40", "--temperature", "0"]
+    assert cli.main(args) == 0
+    assert seen["max_context"] is None  # not the training length, 16
+    assert cli.main([*args, "--max-context", "16"]) == 0 and seen["max_context"] == 16
+    capsys.readouterr()
