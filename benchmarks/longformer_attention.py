@@ -1,6 +1,6 @@
 """Longformer attention (Beltagy et al. 2020 §3.1) against full attention and the peers.
 
-Two tables, every number a median over interleaved rounds (candidates take turns, the first one
+Three tables, every number a median over interleaved rounds (candidates take turns, the first one
 rotating), in one process:
 
   layers   one attention layer's forward + backward, (B, T, D) in and out, random inputs, per
@@ -18,6 +18,8 @@ rotating), in one process:
              hf-longformer   transformers' LongformerSelfAttention (attention_window=w,
                              two-sided, its sliding chunks), no global token, plus an output
                              projection like the others
+  kernels  the same without the projections: q, k, v (B, H, T, K) in, attention out, for the
+           candidates that have such an entry point (not HF, whose projections are inside)
   generate one decoding step of the `longformer` preset LM at a context of --context tokens:
            with its rolling cache (one token through every layer's window of w) and without a
            cache (the whole context re-encoded: what `generate(use_cache=False)` does), plus
@@ -29,6 +31,9 @@ marked failed. JSON (--json), a table on stdout, and a PNG of time and memory ag
     python benchmarks/longformer_attention.py layers --threads 2 \\
         --lengths 512 1024 2048 4096 8192 16384 32768 --repeats 5 \\
         --json results/longformer_layers.json --png docs/images/longformer_layers.png
+    python benchmarks/longformer_attention.py kernels --threads 2 \
+        --lengths 512 1024 2048 4096 8192 16384 32768 --repeats 5 \
+        --json results/longformer_kernels.json --png docs/images/longformer_kernels.png
     python benchmarks/longformer_attention.py generate --threads 2 --context 4096 \\
         --json results/longformer_generate.json
 """
@@ -45,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 import formers
@@ -56,6 +62,7 @@ from formers.cpu_allocator import keep_freed_memory
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
 from formers.variants.longformer import LongformerAttention
+from formers.variants.sliding_window import sliding_window_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # which full-attention row each window is compared with
@@ -123,6 +130,38 @@ class HFLongformerLayer(nn.Module):
         return self.out_proj(out)
 
 
+class Kernel(nn.Module):
+    """An attention kernel as a module of one input: q, k, v stacked, (3, B, H, T, K)."""
+
+    def __init__(self, fn: Callable[[Tensor, Tensor, Tensor], Tensor]):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, qkv: Tensor) -> Tensor:
+        return self.fn(*qkv.unbind(0))
+
+
+def kernel_makers(w: int) -> dict[str, tuple[bool, Callable[[], nn.Module]]]:
+    sdpa = F.scaled_dot_product_attention
+
+    def local() -> nn.Module:
+        from local_attention import LocalAttention
+
+        attn = LocalAttention(window_size=w, causal=True, autopad=True)
+        return Kernel(lambda q, k, v: attn(q, k, v))
+
+    def window(causal: bool) -> nn.Module:
+        return Kernel(lambda q, k, v: sliding_window_attention(q, k, v, window=w, causal=causal))
+
+    return {
+        "full-causal": (True, lambda: Kernel(lambda q, k, v: sdpa(q, k, v, is_causal=True))),
+        "full": (True, lambda: Kernel(lambda q, k, v: sdpa(q, k, v))),
+        "window-causal": (True, lambda: window(True)),
+        "window": (True, lambda: window(False)),
+        "local-attention": (available("local_attention"), local),
+    }
+
+
 def available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -153,12 +192,18 @@ def step(layer: nn.Module, x: Tensor) -> Callable[[], None]:
 
 def layers_table(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     dtype = DTYPES[args.dtype]
-    makers = layer_makers(args.d_model, args.heads, args.window)
+    if args.table == "kernels":
+        makers = kernel_makers(args.window)
+    else:
+        makers = layer_makers(args.d_model, args.heads, args.window)
     rows: list[dict[str, Any]] = []
     skipped, failed = [], {}
     for length in args.lengths:
         torch.manual_seed(0)
-        x = torch.randn(args.batch, length, args.d_model, device=device, dtype=dtype)
+        shape = (args.batch, length, args.d_model)
+        if args.table == "kernels":
+            shape = (3, args.batch, args.heads, length, args.d_model // args.heads)
+        x = torch.randn(shape, device=device, dtype=dtype)
         x.requires_grad_(True)
         steps = {}
         for name, (present, make) in makers.items():
@@ -331,7 +376,7 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("table", choices=["layers", "generate"])
+    p.add_argument("table", choices=["layers", "kernels", "generate"])
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384, 32768])
     p.add_argument("--window", type=int, default=256)
     p.add_argument("--batch", type=int, default=1)
@@ -341,13 +386,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--d-ff", type=int, default=2048, help="generate: feed-forward width")
     p.add_argument("--context", type=int, default=4096, help="generate: tokens already decoded")
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
-    p.add_argument("--only", nargs="+", help="layers: run only these candidates")
-    p.add_argument("--full-max", type=int, default=None, help="layers: longest n for full rows")
+    p.add_argument("--only", nargs="+", help="layers, kernels: only these candidates")
+    p.add_argument(
+        "--full-max", type=int, default=None, help="layers, kernels: longest n for full rows"
+    )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
-    p.add_argument("--png", type=Path, default=None, help="layers: plot time and memory here")
+    p.add_argument(
+        "--png", type=Path, default=None, help="layers, kernels: plot time and memory here"
+    )
     return p.parse_args(argv)
 
 
@@ -363,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         f"median of {args.repeats} interleaved rounds"
     )
     print(header)
-    if args.table == "layers":
+    if args.table in ("layers", "kernels"):
         result = layers_table(args, device)
         if args.png:
             plot(result, args.png, header)

@@ -53,3 +53,12 @@ def test_peers_longformer_family(tmp_path):
     assert {"bare", "formers"} <= set(result["tokens_per_s"])
     assert result["params"]["bare"] == result["params"]["formers"]  # the same model shape
     assert not result["failed"]
+
+
+def test_kernels_table_times_the_attention_alone(tmp_path):
+    out = tmp_path / "kernels.json"
+    bench.main(["kernels", *TINY, "--lengths", "48", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    names = {r["candidate"] for r in rows}
+    assert {"full-causal", "full", "window-causal", "window"} <= names
+    assert "hf-longformer" not in names  # it has no entry point without its projections
