@@ -20,6 +20,10 @@ Families and candidates:
                    SwitchTransformerLayer in the same layers, its TransformerLayer in the
                    others), on the vanilla family's model; both losses add their layers'
                    load-balancing loss (α = 0.01)
+  longformer       formers (causal sliding window of --window keys), lucidrains local-attention
+                   (LocalAttention(window_size=--window, causal=True) in the bare model's
+                   blocks: each query sees its block of --window and the one before), on the
+                   vanilla family's model
 With --compile, bare and formers also run with torch.compile (`bare+compile`,
 `formers+compile`). Every candidate runs with the malloc setting of formers commands
 (formers/cpu_allocator.py) unless --default-malloc is given: one process, the same for all.
@@ -67,6 +71,7 @@ class Shape:
     mem_len: int
     top_k: int = 8
     n_experts: int = 8
+    window: int = 256
 
 
 # ---------------------------------------------------------------------------- the bare model
@@ -141,12 +146,14 @@ def formers_model(s: Shape, preset: str) -> Candidate:
         n_layers=s.n_layers, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
         vocab_size=s.vocab, dropout=0.0, norm="pre",
     )  # fmt: skip
-    if preset in ("vanilla", "sparse-topk", "switch"):  # x-transformers' model: GELU, learned
+    if preset in ("vanilla", "sparse-topk", "switch", "longformer"):  # x-transformers' model
         overrides.update({"ffn.activation": "gelu", "position": "learned", "max_len": s.seq_len})
     if preset == "sparse-topk":
         overrides["attention.top_k"] = s.top_k
     if preset == "switch":
         overrides["ffn.n_experts"] = s.n_experts
+    if preset == "longformer":
+        overrides["attention.window"] = s.window
     if formers.config(preset).recurrent:
         overrides["attention.mem_len"] = s.mem_len
     model = formers.build(formers.config(preset, **overrides))
@@ -364,6 +371,30 @@ def labml_switch(s: Shape) -> Candidate:
     return Candidate(model, loss)
 
 
+class LocalAttentionBlock(BareBlock):
+    """The bare block with lucidrains' LocalAttention in place of causal SDPA."""
+
+    def __init__(self, s: Shape):
+        from local_attention import LocalAttention
+
+        super().__init__(s)
+        self.local = LocalAttention(window_size=s.window, causal=True, autopad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        a = self.local(q, k, v)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff2(F.gelu(self.ff1(self.ln2(x))))
+
+
+def local_attention_lm(s: Shape) -> Candidate:
+    model = BareLM(s)
+    model.blocks = nn.ModuleList(LocalAttentionBlock(s) for _ in range(s.n_layers))
+    return Candidate(model, lambda x, y: lm_loss(model(x), y))
+
+
 def available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -411,6 +442,11 @@ FAMILIES: dict[str, dict[str, tuple[Callable[[], bool], Callable[[Shape], Candid
     "switch": {
         "formers": (lambda: True, formers_switch),
         "labml-nn": (lambda: available("labml_nn"), labml_switch),
+    },
+    "longformer": {
+        "bare": (lambda: True, bare),
+        "formers": (lambda: True, lambda s: formers_model(s, "longformer")),
+        "local-attention": (lambda: available("local_attention"), local_attention_lm),
     },
 }
 
@@ -593,6 +629,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mem-len", type=int, default=512, help="Transformer-XL memory")
     p.add_argument("--top-k", type=int, default=8, help="keys per query of sparse-topk")
     p.add_argument("--n-experts", type=int, default=8, help="experts per Switch layer")
+    p.add_argument("--window", type=int, default=256, help="keys per query of longformer")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per candidate")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per candidate first")
     p.add_argument("--threads", type=int, help="torch CPU threads")
@@ -613,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     s = Shape(
         args.n_layers, args.d_model, args.n_heads, args.d_ff, args.vocab,
-        args.seq_len, args.batch_size, args.mem_len, args.top_k, args.n_experts,
+        args.seq_len, args.batch_size, args.mem_len, args.top_k, args.n_experts, args.window,
     )  # fmt: skip
     results = []
     for precision in args.precision:

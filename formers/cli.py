@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-context",
         type=int,
-        help="tokens the model sees (default: the training length; memory models: unlimited)",
+        help="tokens the model sees (default: the training length; memory models and models "
+        "that decode from a rolling window: unlimited)",
     )
     p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")

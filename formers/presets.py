@@ -11,6 +11,7 @@ from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.linformer import LinformerConfig
+from formers.variants.longformer import LongformerConfig
 from formers.variants.primer_ez import MDHAConfig
 from formers.variants.routing import RoutingConfig
 from formers.variants.switch import SwitchConfig
@@ -100,6 +101,12 @@ def routing() -> ModelConfig:
     return dataclasses.replace(vanilla(), attention=RoutingConfig())
 
 
+def longformer() -> ModelConfig:
+    """Longformer (Beltagy et al. 2020): vanilla whose queries see the last 256 positions, in
+    O(n·w) (§3.1); no global tokens in a causal LM, like the paper's character LM (§4)."""
+    return dataclasses.replace(vanilla(), attention=LongformerConfig(window=256))
+
+
 PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "transformer": transformer,
     "vanilla": vanilla,
@@ -114,6 +121,7 @@ PRESETS: dict[str, Callable[[], ModelConfig]] = {
     "linformer": linformer,
     "switch": switch,
     "routing": routing,
+    "longformer": longformer,
 }
 
 

@@ -17,6 +17,7 @@ from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
 from formers.layers.feedforward import FeedForward
 from formers.variants.linformer import LinformerAttention
+from formers.variants.longformer import LongformerAttention
 from formers.variants.primer_ez import MultiDConvHeadAttention
 from formers.variants.routing import RoutingAttention
 from formers.variants.switch import SwitchFeedForward
@@ -32,6 +33,7 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
     "topk": TopKAttention,
     "linformer": LinformerAttention,
     "routing": RoutingAttention,
+    "longformer": LongformerAttention,
 }
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward, "switch": SwitchFeedForward}

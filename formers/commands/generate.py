@@ -11,6 +11,7 @@ from formers.errors import FormersError
 
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.infer import iter_generate
+    from formers.infer.generate import decodes_in_a_window
     from formers.run import load_run
     from formers.train.evaluate import carries_memory
 
@@ -28,14 +29,16 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     unknown = tokenizer.unknown_words(args.prompt)
     if unknown:
         print(
-            f"note: not in the vocabulary, read as {tokenizer.unknown_token}: "
-            f"{', '.join(unknown)}",
+            f"note: not in the vocabulary, read as {tokenizer.unknown_token}: {', '.join(unknown)}",
             file=sys.stderr,
         )
     # A model with absolute positions has never seen positions past its training length:
-    # beyond it, slide a window of that length instead of extrapolating.
+    # beyond it, slide a window of that length instead of extrapolating. Not for a model that
+    # decodes from a rolling window in every layer: re-encoding would cost it the whole window
+    # of seq_len tokens a step instead of its own few keys, and its later positions cost little
+    # (docs/longformer.md, "Past the training length").
     window = args.max_context
-    if window is None and not carries_memory(run.model):
+    if window is None and not carries_memory(run.model) and not decodes_in_a_window(run.model):
         window = run.config.train.seq_len
     stream = iter_generate(  # checks every option now, before anything is printed
         run.model,

@@ -220,6 +220,17 @@ def _decode(
             module.training = training
 
 
+def decodes_in_a_window(model: nn.Module) -> bool:
+    """Whether every layer of `model` decodes from a bounded window of the latest positions
+    (`LayerState.bounded`: a sliding-window attention's rolling cache). A longer text then
+    changes nothing such a model attends to, only the absolute positions it is fed."""
+    new_cache = getattr(_unwrap(model), "new_cache", None)
+    if not callable(new_cache):
+        return False
+    states = new_cache().layers
+    return bool(states) and all(state is not None and state.bounded for state in states)
+
+
 def _crop(tokens: Tensor, window: int | None) -> Tensor:
     """The last `window` tokens of (B, L) ids, (B, min(L, W))."""
     return tokens if window is None else tokens[:, -window:]

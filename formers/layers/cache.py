@@ -12,6 +12,7 @@ Shapes: B batch, H heads, S cached length, K head dim, D model width.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -24,7 +25,11 @@ class LayerState:
       reorder(index)  keep batch rows `index` (beam search, dropping finished rows);
       carried()       what the layer hands to the next segment of a text as `out.memory`
                       (None: nothing; only recurrent states such as Transformer-XL's memory).
+    And one fact: `bounded`, True for a state that keeps only a window of the latest
+    positions (its size stops growing), so decoding never needs to crop the text for it.
     """
+
+    bounded: ClassVar[bool] = False
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows `index` of every tensor this state holds (and of dicts of them)."""

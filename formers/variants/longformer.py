@@ -1,0 +1,334 @@
+"""Longformer, Beltagy et al. 2020, "Longformer: The Long-Document Transformer"
+(https://arxiv.org/abs/2004.05150).
+
+Full self-attention scores every query against every key: O(n²). Longformer keeps two kinds of
+attention instead (§3.1, Fig. 2):
+
+  sliding window   query i sees the w keys around it (Fig. 2b), optionally with gaps of d − 1
+                   positions between them (dilation, Fig. 2c): O(n·w);
+  global           a few chosen tokens (a [CLS], the question) see every token and are seen by
+                   every token (Fig. 2d), with their own projections Q_g, K_g, V_g.
+
+    out_i = softmax(q_i [K_band(i); K_G]ᵀ / √d) [V_band(i); V_G]   i not global: band + globals
+    out_g = softmax(Q_g x_g (K_g X)ᵀ / √d) V_g X                    g global: every token
+
+where K_band(i) holds the window's keys except the global positions (each key counted once in
+the softmax) and K_G the keys of the global tokens, both from the usual W^K, W^V.
+
+Diff from vanilla:
+  - `attend` runs the blocked band kernel (`sliding_window.sliding_window_attention`: blocks of
+    queries against the few key blocks their window reaches, an exact band mask, never an n×n
+    tensor) instead of Eq. 1 over all keys. The mask says which band: causal (i − j ∈ {0, d, …,
+    (w − 1)·d}, a language model's decoder) or two-sided (|i − j| ∈ {0, d, …, (w/2)·d}, an
+    encoder).
+  - `forward` adds the global rows: they need the layer input x for Q_g, K_g, V_g, which
+    `attend` never sees. In a causal stack a global token at p sees only positions ≤ p, and is
+    seen only from p on.
+  - decoding keeps a rolling window of keys and values (`LongformerCache`): memory constant in
+    the generated length, plus the global tokens' keys and the K_g, V_g they need.
+Our choices:
+  - `window` may differ per layer (the paper grows it with depth, §4.1) and `dilation` per head
+    (§4.1 dilates 2 heads of the upper layers); `global_tokens` are fixed positions (e.g. [0]),
+    and a mask's `global_tokens` adds per-row ones in a full pass (no formers model sets it yet);
+  - the global projections exist only when `global_tokens` is set (else no parameter would
+    learn); a padding position is never global;
+  - the causal language-model preset has no global tokens, like the paper's character LM (§4).
+
+Shapes: B batch, T sequence length (this call), D model width, H heads, K head dim,
+G global tokens, L keys the global queries see.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from formers.config import ModelConfig
+from formers.errors import InputError
+from formers.layers.attention import NO_MASK, MultiHeadAttention
+from formers.layers.cache import LayerState
+from formers.layers.mask import AttentionMask
+from formers.variants.longformer_config import LongformerConfig
+from formers.variants.sliding_window import attend_blocks, sliding_window_attention
+from formers.variants.sliding_window_cache import RollingKVCache, rolling_window_attention
+
+
+class LongformerCache(RollingKVCache):
+    """Decoding state: the rolling window of keys and values, plus what global attention needs
+    from positions the window has forgotten.
+
+    Args:
+        window: keys per query, itself included.
+        dilation: one int or one per head.
+        global_tokens: the layer's global positions.
+    """
+
+    def __init__(
+        self, window: int, dilation: int | tuple[int, ...], global_tokens: tuple[int, ...]
+    ):
+        super().__init__(window, dilation)
+        self.global_tokens = global_tokens
+        # W^K, W^V of the global positions (zeros until each arrives; causality hides those)
+        self.global_keys: Tensor | None = None  # (B, H, G, K)
+        self.global_values: Tensor | None = None
+        # K_g, V_g of every position up to the last global one: what a global query sees
+        self.global_context_keys: Tensor | None = None  # (B, H, L, K)
+        self.global_context_values: Tensor | None = None
+
+    def keep_global_keys(self, k: Tensor, v: Tensor, offset: int) -> None:
+        """Remember the keys and values (B, H, T, K) of global positions in offset … offset+T−1."""
+        if self.global_keys is None:
+            shape = (*k.shape[:2], len(self.global_tokens), k.shape[-1])
+            self.global_keys, self.global_values = k.new_zeros(shape), v.new_zeros(shape)
+        for g, position in enumerate(self.global_tokens):
+            if offset <= position < offset + k.shape[2]:
+                self.global_keys[:, :, g] = k[:, :, position - offset]
+                self.global_values[:, :, g] = v[:, :, position - offset]
+
+    def extend_global_context(self, k: Tensor, v: Tensor) -> None:
+        """Append K_g, V_g (B, H, n, K) of the next positions."""
+        if self.global_context_keys is not None:
+            k = torch.cat([self.global_context_keys, k], dim=2)
+            v = torch.cat([self.global_context_values, v], dim=2)
+        self.global_context_keys, self.global_context_values = k, v
+
+
+class LongformerAttention(MultiHeadAttention):
+    """Multi-head attention over a sliding window plus global tokens, in O(T·window).
+
+    Args:
+        d_model: model width D.
+        n_heads: heads H.
+        window: keys per query (causal; two-sided: window // 2 each side plus itself).
+        dilation: gap between window keys, one int or one per head.
+        global_tokens: positions with global attention.
+        dropout: dropout on the attention weights.
+        bias: biases on the projections.
+    """
+
+    config_class = LongformerConfig
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        window: int = 256,
+        dilation: int | tuple[int, ...] = 1,
+        global_tokens: tuple[int, ...] = (),
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
+        self.window, self.dilation, self.global_tokens = window, dilation, tuple(global_tokens)
+        # Q_g, K_g, V_g (§3.1: "two sets of projections"), stacked like W^Q, W^K, W^V
+        self.global_qkv_proj = None
+        if self.global_tokens:
+            self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+            nn.init.xavier_uniform_(self.global_qkv_proj.weight)
+            if bias:
+                nn.init.zeros_(self.global_qkv_proj.bias)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, options: LongformerConfig) -> LongformerAttention:
+        """Build one layer from a model config and that layer's `LongformerConfig`."""
+        return cls(
+            cfg.d_model,
+            cfg.n_heads,
+            window=options.window,
+            dilation=options.dilation,
+            global_tokens=options.global_tokens,
+            dropout=cfg.attn_dropout,
+            bias=options.bias,
+        )
+
+    def new_state(self) -> LayerState | None:
+        """A rolling window of keys and values, and the global tokens' keys."""
+        return LongformerCache(self.window, self.dilation, self.global_tokens)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: AttentionMask = NO_MASK,
+        state: LayerState | None = None,
+    ) -> Tensor:
+        """Every token's windowed attention, then the global tokens' rows (B, T, D)."""
+        if context is not None:
+            raise InputError(
+                "Longformer attention is self-attention: call it without context= (its keys "
+                "are the window around each query)"
+            )
+        if state is not None and not isinstance(state, LongformerCache):
+            raise InputError(f"a Longformer layer decodes with its own new_state(), got {state}")
+        out = super().forward(x, None, mask, state)  # (B, T, D)
+        if self.global_qkv_proj is None:
+            return out
+        return self.global_attention(x, out, mask, state)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LayerState | None = None
+    ) -> Tensor:
+        """Each query against its window and the global keys, one softmax (B, H, T, K)."""
+        if state is not None:
+            return self.attend_cached(q, k, v, mask, state)
+        found = self.global_positions(mask, q.shape[0], q.shape[2], q.device)
+        global_keys = positions = None
+        if found is not None:
+            positions, valid = found
+            index = positions[:, None, :, None].expand(-1, q.shape[1], -1, q.shape[3])
+            global_keys = (k.gather(2, index), v.gather(2, index), valid)  # (B, H, G, K) ×2
+        return sliding_window_attention(
+            q,
+            k,
+            v,
+            window=self.window,
+            causal=mask.causal,
+            dilation=self.dilation,
+            key_valid=mask.key_valid,
+            global_keys=global_keys,
+            global_positions=positions,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+        )
+
+    def attend_cached(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LongformerCache
+    ) -> Tensor:
+        """The next T positions of a causal sequence, against the rolling window (B, H, T, K)."""
+        if not mask.causal or mask.key_valid is not None or mask.global_tokens is not None:
+            raise InputError(
+                "decoding with a cache continues a causal sequence without padding or per-row "
+                "global tokens: call the model without cache= for those"
+            )
+        batch, offset = q.shape[0], state.position
+        state.keep_global_keys(k, v, offset)
+        global_keys = positions = None
+        if self.global_tokens:  # all of them: a causal query sees those at or before it only
+            positions = torch.tensor(self.global_tokens, device=q.device).expand(batch, -1)
+            global_keys = (state.global_keys, state.global_values, None)
+        if offset == 0:  # a prompt: the blocked kernel, then keep what the window still needs
+            out = sliding_window_attention(
+                q,
+                k,
+                v,
+                window=self.window,
+                causal=True,
+                dilation=self.dilation,
+                global_keys=global_keys,
+                global_positions=positions,
+                scale=self.scale,
+            )
+            state.append(k, v)
+            return out
+        state.append(k, v)
+        return rolling_window_attention(
+            q, state, global_keys=global_keys, global_positions=positions, scale=self.scale
+        )
+
+    def global_attention(
+        self, x: Tensor, out: Tensor, mask: AttentionMask, state: LongformerCache | None
+    ) -> Tensor:
+        """`out` (B, T, D) with the rows of the global tokens replaced by their own attention:
+        Q_g x_g against K_g, V_g of every token (causal: of positions ≤ g) (§3.1)."""
+        batch, length, d = x.shape
+        offset = 0 if state is None else state.position - length  # `attend` has appended x
+        found = self.global_positions(mask, batch, offset + length, x.device)
+        if found is None and state is None:
+            return out
+        end = offset + length
+        if mask.causal:  # positions after the last global token are seen by no global query
+            last = max(self.global_tokens)  # decoding: those to come too
+            if state is None:
+                last = int(found[0].masked_fill(~found[1], -1).max())
+            end = min(end, last + 1)
+        k_g = v_g = None
+        if end > offset:  # K_g, V_g of this call's positions up to `end`, (B, H, ≤T, K)
+            weight, bias = self.global_qkv_proj.weight[d:], self.global_qkv_proj.bias
+            kv = F.linear(x[:, : end - offset], weight, None if bias is None else bias[d:])
+            k_g, v_g = self.split_heads(kv, 2)
+        if state is not None:
+            if k_g is not None:
+                state.extend_global_context(k_g, v_g)
+            k_g, v_g = state.global_context_keys, state.global_context_values  # (B, H, L, K)
+        if found is None:
+            return out
+        positions, valid = found  # (B, G) absolute positions
+        rows = positions - offset  # (B, G) rows of this call
+        asks = valid & (rows >= 0) & (rows < length)  # global queries in this call
+        if not bool(asks.any()):
+            return out
+        index = rows.clamp(0, length - 1)  # (B, G)
+        x_g = x.gather(1, index[..., None].expand(-1, -1, d))  # (B, G, D)
+        weight, bias = self.global_qkv_proj.weight[:d], self.global_qkv_proj.bias
+        q_g = F.linear(x_g, weight, None if bias is None else bias[:d])
+        (q_g,) = self.split_heads(q_g, 1)  # (B, H, G, K)
+
+        keys = torch.arange(end, device=x.device)  # (L,) absolute positions
+        allowed = asks[:, :, None].expand(-1, -1, end)  # (B, G, L)
+        if mask.causal:
+            allowed = allowed & (keys[None, None, :] <= positions[:, :, None])
+        if mask.key_valid is not None:
+            allowed = allowed & mask.key_valid[:, None, :end]
+        dropout = self.dropout if self.training else 0.0
+        heads = attend_blocks(q_g, k_g, v_g, allowed[:, None], self.scale, dropout)  # (B,H,G,K)
+        new_rows = self.out_proj(heads.transpose(1, 2).reshape(batch, -1, d))  # (B, G, D)
+        # scatter the rows into place; the other slots write a spare row T, dropped after
+        target = torch.where(asks, rows, length)[..., None].expand(-1, -1, d)  # (B, G, D)
+        return F.pad(out, (0, 0, 0, 1)).scatter(1, target, new_rows)[:, :length]
+
+    def global_positions(
+        self, mask: AttentionMask, batch: int, length: int, device: torch.device
+    ) -> tuple[Tensor, Tensor] | None:
+        """The global tokens among positions 0 … length−1: (B, G) long positions and (B, G)
+        bool validity (False at padding and at the slots of rows with fewer of them); None
+        when there are none."""
+        static = [p for p in self.global_tokens if p < length]
+        key_valid = mask.key_valid
+        if mask.global_tokens is None:
+            if not static:
+                return None
+            positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
+            valid = torch.ones(positions.shape, dtype=torch.bool, device=device)
+            if key_valid is not None:
+                valid = key_valid.gather(1, positions)
+            return positions, valid
+        if self.global_qkv_proj is None:
+            raise InputError(
+                "the mask marks global tokens, but this Longformer layer has no global "
+                "projections: set attention.global_tokens (e.g. [0]) to give it Q_g, K_g, V_g"
+            )
+        marks = mask.global_tokens.clone()  # (B, T)
+        marks[:, static] = True
+        if key_valid is not None:
+            marks &= key_valid
+        counts = marks.sum(1)  # (B,)
+        n_global = int(counts.max())
+        if n_global == 0:
+            return None
+        # the marked positions first, in order: a stable sort of "not marked"
+        positions = torch.sort((~marks).to(torch.int8), dim=1, stable=True).indices
+        valid = torch.arange(n_global, device=device)[None, :] < counts[:, None]
+        return positions[:, :n_global], valid
+
+    # --- cost model (formers bench) ---------------------------------------------------------
+
+    def keys_per_query(self, seq_len: int) -> int:
+        """The window (a causal one; two-sided sees window // 2 · 2 + 1) plus the global keys."""
+        return min(seq_len, self.window + len(self.global_tokens))
+
+    def score_flops_per_token(self, seq_len: int) -> float:
+        """The band and global keys of every query, plus the global queries' rows over all
+        seq_len keys (G of them per sequence: G keys per token on average)."""
+        keys = self.keys_per_query(seq_len) + min(seq_len, len(self.global_tokens))
+        return 2.0 * 2 * keys * self.d_model
+
+    def matmul_params_per_token(self) -> int:
+        """W^Q, W^K, W^V, W^O for every token, and K_g, V_g (two-sided: over every token); Q_g
+        only projects the few global tokens."""
+        n = sum(p.numel() for p in (*self.qkv_proj.parameters(), *self.out_proj.parameters()))
+        if self.global_qkv_proj is not None:
+            n += 2 * self.global_qkv_proj.weight.numel() // 3
+            if self.global_qkv_proj.bias is not None:
+                n += 2 * self.d_model
+        return n

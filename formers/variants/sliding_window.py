@@ -1,0 +1,422 @@
+"""Sliding-window attention, Longformer §3.1 (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
+
+Each query attends to a fixed-size window of keys around it (Fig. 2b), optionally with gaps of
+d − 1 positions between window keys (dilation, Fig. 2c), plus a few global keys that every query
+sees (Fig. 2d). The cost is O(n·w) time and memory instead of O(n²).
+
+Diff from vanilla: only the attention kernel. Eq. 1 of Vaswani et al. is computed per block of
+queries against the few key blocks its window reaches, all block pairs in one call of the fused
+`scaled_dot_product_attention` with an exact band mask (two batched matmuls where those are
+faster: CPU bf16/fp16); no n×n tensor is ever built.
+
+These are pure functions: an attention module calls `sliding_window_attention` for training and
+scoring, and `RollingKVCache` + `rolling_window_attention` (sliding_window_cache.py) for
+generation.
+
+Shapes: B batch, H heads, T sequence length, K head dim, G global keys, N query blocks,
+Q queries per block, L keys per block (Q + band reach, + G), W window keys of one query.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from formers.errors import InputError
+from formers.layers.attention import fused_kernel_is_faster
+from formers.layers.mask import mask_scores
+
+# Blocks of fewer queries pay the fused kernel's per-block overhead more than they save in band
+# work (benchmarks/sliding_window_kernel.py blocks: window 16 and 64 are fastest at 32).
+MIN_BLOCK_SIZE = 32
+
+
+class _Band(NamedTuple):
+    """What every head group shares: the window and how to attend inside it."""
+
+    window: int
+    causal: bool
+    scale: float
+    dropout: float
+    block_size: int | None
+
+
+class _GlobalKeys(NamedTuple):
+    """Global keys, with the first query index of the (sub)sequence that may see each."""
+
+    k: Tensor  # (B, H, G, K)
+    v: Tensor  # (B, H, G, K)
+    valid: Tensor  # (B, G) bool
+    first_query: Tensor | None  # (B, G) long; None: every query sees them
+
+
+def sliding_window_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int,
+    causal: bool,
+    dilation: int | Sequence[int] = 1,
+    key_valid: Tensor | None = None,
+    global_keys: tuple[Tensor, Tensor, Tensor | None] | None = None,
+    global_positions: Tensor | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    block_size: int | None = None,
+) -> Tensor:
+    """Longformer's windowed self-attention (§3.1), exact, in O(T·window) time and memory.
+
+    Query i sees key j (both positions in [0, T)) when, with d the dilation of its head:
+      - causal:     i − j ∈ {0, d, 2d, …, (window − 1)·d}: `window` keys, itself included;
+      - two-sided: |i − j| ∈ {0, d, 2d, …, (window // 2)·d}: window // 2 keys on each side plus
+        itself. An even window w thus covers w + 1 keys (the paper's "½w on each side"), an odd
+        window exactly w.
+    and key j is not padding (`key_valid`) and not the position of a valid global key (that key
+    is seen through its global copy, so the band must not count it again). All visible keys,
+    band and global, share one softmax. A query that sees no key at all (padding all around it)
+    gets a zero output, not NaN, in every dtype.
+
+    Args:
+        q: (B, H, T, K) queries.
+        k: (B, H, T, K) keys at the same T positions.
+        v: (B, H, T, K) values.
+        window: keys per query, see above; a positive int. window >= T (two-sided: window // 2
+            >= T − 1) is full (causal) attention.
+        causal: one-sided window (language models) or two-sided (encoders).
+        dilation: gap between window keys, one int or one per head (length H), each >= 1.
+        key_valid: (B, T) bool, False at padding keys; None when nothing is padding.
+        global_keys: (k_g, v_g, valid_g) with shapes (B, H, G, K), (B, H, G, K), (B, G) bool
+            (None: all valid): keys every query sees (Longformer's global tokens, §3.1),
+            whatever its window. Invalid ones (padding slots) are seen by nobody.
+        global_positions: (B, G) long, the sequence positions of the global keys. The band
+            leaves those positions out (a position held by several valid global keys is seen
+            through each of them), and a causal query i sees global key g only if its position
+            <= i. None: the global keys have no position; they act as a prefix before position 0
+            that every query sees, causal or not.
+        scale: score scale; 1/√K by default.
+        dropout: dropout probability on the attention weights (pass 0 in evaluation).
+        block_size: queries per block; `default_block_size` when None. Any size gives the same
+            result: it only trades speed against memory.
+
+    Returns:
+        (B, H, T, K) attention outputs.
+    """
+    batch, heads, length, dim = q.shape
+    dilations = head_dilations(dilation, heads)
+    _check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
+    if length == 0:
+        return torch.zeros_like(q)
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    band = _Band(window, causal, scale, dropout, block_size)
+
+    band_valid, globals_ = key_valid, None
+    if global_keys is not None:
+        k_g, v_g, valid_g = global_keys
+        if valid_g is None:
+            valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=q.device)
+        if global_positions is not None:
+            # No double counting: a global position is seen through its global copy only.
+            not_global = ~global_position_marks(global_positions, valid_g, length)  # (B, T)
+            band_valid = not_global if key_valid is None else key_valid & not_global
+        # Causal: query i sees a global key at position p from i = p on.
+        globals_ = _GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
+
+    groups = _heads_by_dilation(dilations)
+    if len(groups) == 1:
+        return _dilated_attention(q, k, v, dilations[0], band_valid, globals_, band)
+    # Per-head dilation: heads sharing a dilation run together, then return to their places.
+    outputs, order = [], []
+    for d, head_ids in groups.items():
+        index = torch.tensor(head_ids, device=q.device)
+        head_globals = None
+        if globals_ is not None:
+            head_globals = globals_._replace(k=globals_.k[:, index], v=globals_.v[:, index])
+        heads_q, heads_k, heads_v = q[:, index], k[:, index], v[:, index]  # (B, H_d, T, K)
+        outputs.append(
+            _dilated_attention(heads_q, heads_k, heads_v, d, band_valid, head_globals, band)
+        )
+        order.extend(head_ids)
+    inverse = torch.argsort(torch.tensor(order, device=q.device))
+    return torch.cat(outputs, dim=1).index_select(1, inverse)  # (B, H, T, K)
+
+
+def default_block_size(reach: int) -> int:
+    """Queries per block for a band spanning `reach` + 1 keys: a quarter of the reach, rounded
+    up to a multiple of 8, at least `MIN_BLOCK_SIZE`.
+
+    A block of Q queries scores Q × (Q + reach) pairs for about Q × reach useful ones, so
+    Q ≈ reach/4 wastes at most a quarter; smaller blocks add per-block overhead and key copies
+    (memory grows as T·(1 + reach/Q)). Measured fastest at 8,192 tokens, 8 heads of 64, fp32 and
+    bf16, 2 threads (benchmarks/sliding_window_kernel.py blocks): window 256 causal or
+    two-sided at Q = 64 (Q = 256: 1.2x slower, 0.7x memory), window 1024 at Q = 128-256.
+    """
+    return max(MIN_BLOCK_SIZE, -(-reach // 32) * 8)
+
+
+def band_reach(window: int, causal: bool) -> tuple[int, int]:
+    """How many window steps the band reaches (left, right) of a query, before dilation."""
+    return (window - 1, 0) if causal else (window // 2, window // 2)
+
+
+def _dilated_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dilation: int,
+    band_valid: Tensor | None,
+    globals_: _GlobalKeys | None,
+    band: _Band,
+) -> Tensor:
+    """One dilation for all the given heads: the undilated band on each residue class.
+
+    Positions i and i − m·d share the residue i mod d, so a window dilated by d is an ordinary
+    window on each of the d interleaved subsequences r, r + d, r + 2d, … (Fig. 2c). They become
+    d batch rows of length ⌈T/d⌉; padding at the end of a subsequence is marked invalid.
+    """
+    if dilation == 1:
+        return _blocked_band(q, k, v, band_valid, globals_, band)
+    batch, heads, length, dim = q.shape
+    d = dilation
+    sub_len = -(-length // d)
+    pad = sub_len * d - length
+
+    def to_residues(x: Tensor) -> Tensor:
+        x = F.pad(x, (0, 0, 0, pad)).view(batch, heads, sub_len, d, dim)
+        return x.permute(0, 3, 1, 2, 4).reshape(batch * d, heads, sub_len, dim)  # (B·d, H, T/d, K)
+
+    valid = None
+    if band_valid is not None or pad:
+        if band_valid is None:
+            band_valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
+        valid = F.pad(band_valid, (0, pad), value=False).view(batch, sub_len, d)
+        valid = valid.transpose(1, 2).reshape(batch * d, sub_len)  # (B·d, T/d)
+
+    if globals_ is not None:
+        first_query = globals_.first_query
+        if first_query is not None:
+            # Residue r's query t sits at position r + t·d: it reaches position p once
+            # t >= ⌈(p − r)/d⌉.
+            residue = torch.arange(d, device=q.device)[None, :, None]  # (1, d, 1)
+            first_query = torch.div(
+                first_query[:, None, :] - residue + d - 1, d, rounding_mode="floor"
+            ).reshape(batch * d, -1)  # (B·d, G)
+        globals_ = _GlobalKeys(
+            globals_.k.repeat_interleave(d, dim=0),  # (B·d, H, G, K)
+            globals_.v.repeat_interleave(d, dim=0),
+            globals_.valid.repeat_interleave(d, dim=0),  # (B·d, G)
+            first_query,
+        )
+
+    q, k, v = to_residues(q), to_residues(k), to_residues(v)  # (B·d, H, T/d, K)
+    out = _blocked_band(q, k, v, valid, globals_, band)
+    out = out.view(batch, d, heads, sub_len, dim).permute(0, 2, 3, 1, 4)  # (B, H, T/d, d, K)
+    return out.reshape(batch, heads, sub_len * d, dim)[:, :, :length]  # (B, H, T, K)
+
+
+def _blocked_band(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_valid: Tensor | None,
+    globals_: _GlobalKeys | None,
+    band: _Band,
+) -> Tensor:
+    """The undilated band: query i sees keys i − left … i + right (and the global keys).
+
+    Queries are cut into N blocks of Q. Block c holds queries cQ … cQ + Q − 1, whose band covers
+    keys cQ − left … cQ + Q − 1 + right: L = Q + left + right consecutive keys, gathered as one
+    strided window (`unfold`) over the keys padded by `left` and `right`. Inside a block pair
+    query a sees local key e iff 0 <= e − a <= left + right, the same mask for every block.
+    """
+    batch, heads, length, dim = q.shape
+    left, right = band_reach(band.window, band.causal)
+    # Distances past T − 1 reach no key: clamping them keeps short sequences from paying for
+    # a long window.
+    left, right = min(left, length - 1), min(right, length - 1)
+    size = min(band.block_size or default_block_size(left + right), length)
+    n_blocks = -(-length // size)
+    padded = n_blocks * size
+    span = size + left + right
+
+    def query_blocks(x: Tensor) -> Tensor:
+        x = F.pad(x, (0, 0, 0, padded - length)).view(batch, heads, n_blocks, size, dim)
+        return x.transpose(1, 2).reshape(batch * n_blocks, heads, size, dim)  # (B·N, H, Q, K)
+
+    def key_blocks(x: Tensor) -> Tensor:
+        x = F.pad(x, (0, 0, left, padded - length + right))  # (B, H, left + N·Q + right, K)
+        x = x.unfold(2, span, size).permute(0, 2, 1, 4, 3)  # (B, N, H, L, K), overlapping
+        return x.reshape(batch * n_blocks, heads, span, dim)  # (B·N, H, L, K)
+
+    if key_valid is None:
+        key_valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
+    valid = F.pad(key_valid, (left, padded - length + right), value=False)  # (B, left+N·Q+right)
+    valid = valid.unfold(1, span, size)  # (B, N, L)
+    local_key = torch.arange(span, device=q.device)
+    local_query = torch.arange(size, device=q.device)
+    offset = local_key[None, :] - local_query[:, None]  # (Q, L): j − i + left
+    in_band = (offset >= 0) & (offset <= left + right)  # (Q, L)
+    allowed = in_band & valid[:, :, None, :]  # (B, N, Q, L)
+
+    keys, values = key_blocks(k), key_blocks(v)
+    if globals_ is not None:
+        # §3.1: global keys join every block's keys, so band and global share one softmax.
+        n_global = globals_.k.shape[2]
+
+        def per_block(x: Tensor) -> Tensor:
+            x = x[:, None].expand(batch, n_blocks, heads, n_global, dim)
+            return x.reshape(batch * n_blocks, heads, n_global, dim)  # (B·N, H, G, K)
+
+        keys = torch.cat([keys, per_block(globals_.k)], dim=2)  # (B·N, H, L + G, K)
+        values = torch.cat([values, per_block(globals_.v)], dim=2)
+        sees_global = globals_.valid[:, None, None, :]  # (B, 1, 1, G)
+        if globals_.first_query is not None:
+            position = torch.arange(padded, device=q.device).view(1, n_blocks, size, 1)
+            sees_global = sees_global & (position >= globals_.first_query[:, None, None, :])
+        allowed = torch.cat(
+            [allowed, sees_global.expand(batch, n_blocks, size, n_global)], dim=-1
+        )  # (B, N, Q, L + G)
+
+    allowed = allowed.reshape(batch * n_blocks, 1, size, -1)  # (B·N, 1, Q, L + G)
+    out = attend_blocks(query_blocks(q), keys, values, allowed, band.scale, band.dropout)
+    out = out.view(batch, n_blocks, heads, size, dim).transpose(1, 2)  # (B, H, N, Q, K)
+    return out.reshape(batch, heads, padded, dim)[:, :, :length]  # (B, H, T, K)
+
+
+def attend_blocks(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
+) -> Tensor:
+    """Eq. 1 on block pairs; a query that sees no key gets a zero output.
+
+    The fused kernel, except where two batched matmuls are faster (CPU bf16/fp16, the rule of
+    `formers.layers.attention`): forward+backward at 4,096 / 16,384 tokens, window 256, 8 heads
+    of 64, 2 threads, fused vs explicit: fp32 124 vs 158 / 487 vs 586 ms, bf16 139 vs 99 /
+    601 vs 388 ms (benchmarks/sliding_window_kernel.py kernels). The explicit path keeps the
+    (B·N, H, Q, L) weights for backward: 1.8x the memory, still O(T·window).
+
+    Args:
+        q: (B·N, H, Q, K) query blocks.
+        k: (B·N, H, L, K) the keys each block may see.
+        v: (B·N, H, L, K) their values.
+        allowed: (B·N, 1, Q, L) bool, True where query a may see key e.
+    """
+    if fused_kernel_is_faster(q, k):
+        return fused_attend_blocks(q, k, v, allowed, scale, dropout)
+    return explicit_attend_blocks(q, k, v, allowed, scale, dropout)
+
+
+def fused_attend_blocks(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
+) -> Tensor:
+    """`attend_blocks` through `scaled_dot_product_attention`."""
+    has_key = allowed.any(-1, keepdim=True)  # (B·N, 1, Q, 1)
+    # A row with no visible key is NaN inside the kernel before torch 2.5 and on some backends
+    # (and poisons the gradients of the keys): let it see everything, then zero its output.
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout, scale=scale
+    )
+    return out.masked_fill(~has_key, 0.0)
+
+
+def explicit_attend_blocks(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
+) -> Tensor:
+    """`attend_blocks` as scores, masked softmax, weights @ v."""
+    scores = (q * scale) @ k.transpose(-1, -2)  # (B·N, H, Q, L)
+    # mask_scores keeps masked scores finite (fp16 included), so a row that sees no key is an
+    # even spread over masked keys, not NaN, until it is zeroed.
+    weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
+    weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    if dropout > 0:
+        weights = F.dropout(weights, dropout)
+    return weights @ v  # (B·N, H, Q, K)
+
+
+def global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:
+    """(B, T) bool: True at the positions of valid global keys (positions outside [0, T) mark
+    nothing)."""
+    inside = valid & (positions >= 0) & (positions < length)
+    # Everything else is written to a spare column T, dropped afterwards.
+    index = torch.where(inside, positions, length)
+    marks = torch.zeros(positions.shape[0], length + 1, dtype=torch.bool, device=positions.device)
+    return marks.scatter_(1, index, True)[:, :length]
+
+
+def head_dilations(dilation: int | Sequence[int], heads: int) -> list[int]:
+    values = [dilation] * heads if isinstance(dilation, int) else list(dilation)
+    if len(values) != heads:
+        raise InputError(f"dilation has {len(values)} entries for {heads} heads: give one per head")
+    for d in values:
+        if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+            raise InputError(f"dilation {d!r} must be a positive integer (1: no gaps)")
+    return values
+
+
+def _heads_by_dilation(dilations: list[int]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for head, d in enumerate(dilations):
+        groups.setdefault(d, []).append(head)
+    return groups
+
+
+def check_window(window: int) -> None:
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise InputError(
+            f"window={window!r} must be a positive integer: the keys a causal query sees "
+            "(itself included), or twice the keys on each side of a two-sided query"
+        )
+
+
+def _check_inputs(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    key_valid: Tensor | None,
+    global_keys: tuple[Tensor, Tensor, Tensor | None] | None,
+    global_positions: Tensor | None,
+    block_size: int | None,
+) -> None:
+    check_window(window)
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise InputError(
+            f"q, k, v must share one shape (B, H, T, K) (self-attention), got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    batch, heads, length, dim = q.shape
+    if key_valid is not None and key_valid.shape != (batch, length):
+        raise InputError(
+            f"key_valid must be (B, T) = {(batch, length)}, got {tuple(key_valid.shape)}"
+        )
+    _check_dtype("key_valid", key_valid, torch.bool)
+    if block_size is not None and block_size < 1:
+        raise InputError(f"block_size={block_size} must be positive")
+    if global_keys is None:
+        if global_positions is not None:
+            raise InputError("global_positions given without global_keys")
+        return
+    k_g, v_g, valid_g = global_keys
+    n_global = k_g.shape[2] if k_g.dim() == 4 else -1
+    expected = (batch, heads, n_global, dim)
+    if k_g.shape != expected or v_g.shape != expected:
+        raise InputError(
+            f"global keys and values must be (B, H, G, K) with the B, H and K of q "
+            f"{tuple(q.shape)}, got {tuple(k_g.shape)} and {tuple(v_g.shape)}"
+        )
+    for name, tensor in (("valid_g", valid_g), ("global_positions", global_positions)):
+        if tensor is not None and tensor.shape != (batch, n_global):
+            raise InputError(
+                f"{name} must be (B, G) = {(batch, n_global)}, got {tuple(tensor.shape)}"
+            )
+    _check_dtype("valid_g", valid_g, torch.bool)
+    _check_dtype("global_positions", global_positions, torch.long)
+
+
+def _check_dtype(name: str, tensor: Tensor | None, dtype: torch.dtype) -> None:
+    if tensor is not None and tensor.dtype != dtype:
+        raise InputError(f"{name} must be a {dtype} tensor, got {tensor.dtype}")
