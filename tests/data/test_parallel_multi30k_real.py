@@ -10,10 +10,12 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from formers.data.locate import data_dir
 from formers.data.parallel import ParallelSplits, read_multi30k
 from formers.data.tokenizers import JointBPETokenizer, tokenizer_from_dict
+from formers.data.translation_batching import TranslationBatcher
 from formers.data.translation_corpora import (
     TranslationCorpus,
     build_translation_corpus,
@@ -121,3 +123,21 @@ def test_bpe_is_learned_from_train_only(corpus: TranslationCorpus) -> None:
     again = build_translation_corpus("multi30k-de-en", changed)
     assert again.tokenizer.to_dict() == corpus.tokenizer.to_dict()
     assert again.tokenizer.decode(again.splits["valid"][1][0]) == other_valid[1][0]
+
+
+def test_batching_the_train_split(corpus: TranslationCorpus) -> None:
+    tok = corpus.tokenizer
+    source, target = corpus.splits["train"]
+    it = TranslationBatcher(source, target, tok.pad_id, tok.bos_id, tok.eos_id, max_tokens=4096)
+    batches = [next(it) for _ in range(len(it))]
+    index = torch.cat([b.index for b in batches])
+    assert sorted(index.tolist()) == list(range(29_000))
+    padded = sum(b.src.numel() + b.tgt_out.numel() for b in batches)
+    real = sum(int((b.src != tok.pad_id).sum() + (b.tgt_out != tok.pad_id).sum()) for b in batches)
+    assert real == sum(len(s) + len(t) + 1 for s, t in zip(source, target, strict=True))
+    assert 1 - real / padded < 0.1  # sorted by length: little padding
+    first = batches[0]
+    row = int(first.index[0])
+    assert first.tgt_out[0, : len(target[row]) + 1].tolist() == [*target[row].tolist(), tok.eos_id]
+    assert tok.decode(first.tgt_out[0]) == corpus.raw["train"][1][row]
+    assert tok.decode(first.src[0]) == corpus.raw["train"][0][row]
