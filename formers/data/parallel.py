@@ -3,6 +3,7 @@
     splits = read_multi30k(source_lang="de", target_lang="en")
     source, target = splits["valid"]      # two lists of 1,014 sentences
     source, target = read_parallel_files("news.de", "news.en")
+    splits = read_parallel_paths("data/{split}.de,data/{split}.en")
 
 Lines are split on "\\n" only (a final newline ends the last line, it does not add an empty one)
 and a trailing "\\r" is removed, so files written on Windows read the same. Nothing else is
@@ -151,6 +152,63 @@ def read_parallel_files(source_path: str | Path, target_path: str | Path) -> Pai
             raise DataError(f"missing file {path}; check the path of the parallel text.")
         sides.append(_split_lines(_inflate(path, path.read_bytes()), path))
     return _aligned(sides[0], sides[1], paths[0], paths[1])
+
+
+PATH_SPLITS = ("train", "valid", "test")
+
+
+def _lang_of(path: Path, default: str) -> str:
+    """The language a file name ends in ("news.de.gz" -> "de"), else `default`."""
+    name = path.name.removesuffix(".gz")
+    suffix = Path(name).suffix.removeprefix(".")
+    return suffix if suffix.isalpha() and 2 <= len(suffix) <= 3 else default
+
+
+def _split_by_position(pairs: Pairs, where: str) -> dict[str, Pairs]:
+    """The first 90% of the pairs for train, the next 5% valid, the last 5% test (as one LM text
+    file is split), each at least one pair."""
+    source, target = pairs
+    n = len(source)
+    held_out = max(1, n // 20)
+    if n - 2 * held_out < 1:
+        raise DataError(
+            f"{where} has only {n} sentence pairs, too few to split 90/5/5 into train, valid "
+            "and test; give more pairs, or one pair of files per split with {split} in the paths."
+        )
+    cuts = [0, n - 2 * held_out, n - held_out, n]
+    return {
+        split: (source[a:b], target[a:b])
+        for split, a, b in zip(PATH_SPLITS, cuts, cuts[1:], strict=False)
+    }
+
+
+def read_parallel_paths(spec: str) -> ParallelSplits:
+    """A parallel corpus given as paths: "SRC_FILE,TGT_FILE" or "DIR/{split}.de,DIR/{split}.en".
+
+    Two plain files are split by position, 90% / 5% / 5% into train, valid and test. Paths
+    with `{split}` are read once per split: train and valid must exist, test is optional. The
+    languages are the file suffixes (".de" -> "de"), else "src" and "tgt".
+    """
+    parts = [part.strip() for part in spec.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise DataError(
+            f"{spec!r} is not a pair of aligned files: write SRC_FILE,TGT_FILE (one comma), "
+            "e.g. train.de,train.en or data/{split}.de,data/{split}.en"
+        )
+    source_path, target_path = (Path(part).expanduser() for part in parts)
+    langs = (_lang_of(source_path, "src"), _lang_of(target_path, "tgt"))
+    if ("{split}" in parts[0]) != ("{split}" in parts[1]):
+        raise DataError(f"{spec!r}: put {{split}} in both paths or in neither.")
+    if "{split}" not in parts[0]:
+        pairs = read_parallel_files(source_path, target_path)
+        return ParallelSplits(*langs, _split_by_position(pairs, spec))
+    splits: dict[str, Pairs] = {}
+    for split in PATH_SPLITS:
+        paths = [Path(part.replace("{split}", split)).expanduser() for part in parts]
+        if split == "test" and not any(path.exists() for path in paths):
+            continue
+        splits[split] = read_parallel_files(*paths)
+    return ParallelSplits(*langs, splits)
 
 
 def _read_multi30k_file(base: Path, rel: str) -> list[str]:

@@ -47,6 +47,21 @@ class TranslationBatch:
     n_tgt_tokens: int  # (tgt_out != pad).sum()
     index: torch.Tensor  # (B,) position of each pair in the corpus lists
 
+    @property
+    def tokens(self) -> int:
+        """Target tokens the loss scores (the trainer's throughput and `tokens_seen`)."""
+        return self.n_tgt_tokens
+
+    def to(self, device: torch.device | str) -> TranslationBatch:
+        """The batch with its tensors on `device` (`index` stays where it is)."""
+        return TranslationBatch(
+            self.src.to(device),
+            self.tgt_in.to(device),
+            self.tgt_out.to(device),
+            self.n_tgt_tokens,
+            self.index,
+        )
+
 
 class _Pairs:
     """Checked source/target id lists with their lengths, shared by training and evaluation."""

@@ -19,7 +19,7 @@ import torch
 
 from formers.data.errors import DataError
 from formers.data.joint_bpe import DEFAULT_JOINT_BPE_VOCAB
-from formers.data.parallel import Pairs, ParallelSplits, read_multi30k
+from formers.data.parallel import Pairs, ParallelSplits, read_multi30k, read_parallel_paths
 from formers.data.tokenizers import JointBPETokenizer
 
 
@@ -48,12 +48,16 @@ PARALLEL_CORPORA: dict[str, ParallelCorpusSpec] = {
 
 
 def read_parallel_corpus(name: str, data_dir: str | Path | None = None) -> ParallelSplits:
-    """The raw splits of a named parallel corpus (a key of `PARALLEL_CORPORA`)."""
-    if name not in PARALLEL_CORPORA:
-        raise DataError(
-            f"unknown parallel corpus {name!r}; choose one of {', '.join(PARALLEL_CORPORA)}."
-        )
-    return PARALLEL_CORPORA[name].read(data_dir)
+    """The raw splits of a named parallel corpus (a key of `PARALLEL_CORPORA`), or of aligned
+    files given as "SRC_FILE,TGT_FILE" (see `read_parallel_paths`)."""
+    if name in PARALLEL_CORPORA:
+        return PARALLEL_CORPORA[name].read(data_dir)
+    if "," in name:
+        return read_parallel_paths(name)
+    raise DataError(
+        f"unknown parallel corpus {name!r}; choose one of {', '.join(PARALLEL_CORPORA)}, or "
+        "give two aligned files as SRC_FILE,TGT_FILE."
+    )
 
 
 IdPairs = tuple[list[torch.Tensor], list[torch.Tensor]]  # (source ids, target ids) per sentence

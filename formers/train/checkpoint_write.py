@@ -63,9 +63,7 @@ def write_flat(directory: Path, stem: str, obj: Any) -> None:
     tensors, skeleton = flatten_state(obj)
     save_file(tensors, str(directory / f"{stem}.safetensors"), metadata={"format": "pt"})
     fsync_file(directory / f"{stem}.safetensors")
-    write_json(
-        directory / f"{stem}.json", {"format_version": FORMAT_VERSION, "skeleton": skeleton}
-    )
+    write_json(directory / f"{stem}.json", {"format_version": FORMAT_VERSION, "skeleton": skeleton})
 
 
 def write_json(path: Path, obj: Any, indent: int | None = None) -> None:

@@ -9,8 +9,9 @@ from formers.errors import ConfigError
 from formers.train.config import RunConfig
 from formers.train.tasks.base import Batch, Batches, EvalResult, StepOutput, Task
 from formers.train.tasks.causal_lm import CausalLMTask
+from formers.train.tasks.translation import TranslationTask
 
-TASKS: dict[str, type[Task]] = {"decoder": CausalLMTask}
+TASKS: dict[str, type[Task]] = {"decoder": CausalLMTask, "encoder_decoder": TranslationTask}
 
 
 def task_for(cfg: RunConfig, data: Any | None = None) -> Task:
@@ -31,5 +32,6 @@ __all__ = [
     "EvalResult",
     "StepOutput",
     "Task",
+    "TranslationTask",
     "task_for",
 ]
