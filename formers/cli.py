@@ -18,6 +18,7 @@ from formers.cpu_allocator import keep_freed_memory
 from formers.errors import FormersError
 from formers.overrides import flatten, parse_overrides
 from formers.runtime_flags import add_runtime_flags
+from formers.translate_cli import add_translate_parsers, add_translation_eval_flags
 
 
 def read_yaml(path: str) -> dict[str, Any]:
@@ -99,7 +100,10 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.run import corpus_of, load_run, read_run_config
     from formers.runtime_flags import runtime_changes, runtime_report
     from formers.train.tasks import task_for
+    from formers.translate_cli import cmd_eval_translation, is_translation_run
 
+    if is_translation_run(args.run):
+        return cmd_eval_translation(args)
     changes = runtime_changes(args, read_run_config(args.run).model)
     run = load_run(args.run, args.device, runtime=changes)
     corpus = corpus_of(run, args.data_dir)
@@ -215,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="loss, bits and perplexity of a run over a whole split")
     p.add_argument("run", help="run folder")
-    p.add_argument("--split", default="valid", choices=["train", "valid", "test"])
+    p.add_argument("--split", default="valid", help="train, valid, test, or a corpus's own")
     p.add_argument(
         "--seq-len",
         "--tgt-len",
@@ -227,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
     add_runtime_flags(p)
+    add_translation_eval_flags(p)
     p.add_argument("--data-dir")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_eval)
@@ -258,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
     add_compare_parser(sub)
+    add_translate_parsers(sub)
     return parser
 
 

@@ -101,6 +101,13 @@ def build_translation_corpus(
         )
     source, target = raw["train"]
     tokenizer = JointBPETokenizer.train([*source, *target], vocab_size)
+    return tokenize_translation_corpus(name, raw, tokenizer)
+
+
+def tokenize_translation_corpus(
+    name: str, raw: ParallelSplits, tokenizer: JointBPETokenizer
+) -> TranslationCorpus:
+    """Encode every split of `raw` with an existing tokenizer (the one saved with a run)."""
     splits = {split: _encode_pairs(tokenizer, pairs) for split, pairs in raw.splits.items()}
     return TranslationCorpus(name, tokenizer, raw, splits)
 

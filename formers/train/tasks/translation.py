@@ -229,6 +229,7 @@ class TranslationTask(Task):
         max_len_b: int = DEFAULT_MAX_LEN_B,
         translate: bool = True,
         progress: bool = False,
+        batch_tokens: int | None = None,
     ) -> TranslationEvalResult:
         """Loss, BLEU and chrF on `split` (its first pairs within max_tokens target tokens).
 
@@ -236,6 +237,7 @@ class TranslationTask(Task):
             beam, alpha, max_len_b: the search (beam 1: greedy).
             translate: also translate and score BLEU/chrF (False: the loss only).
             progress: a progress bar over the translated sentences.
+            batch_tokens: tokens per batch (default: the training batches' `batch_tokens`).
         """
         if split not in self.data.splits:
             raise DataError(
@@ -250,7 +252,7 @@ class TranslationTask(Task):
             target[:n],
             references,
             self.data.tokenizer,
-            batch_tokens=self.cfg.train.batch_tokens,
+            batch_tokens=batch_tokens or self.cfg.train.batch_tokens,
             device=device,
             autocast=autocast,
             beam=beam,
