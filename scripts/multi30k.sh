@@ -5,7 +5,8 @@
 # and beam search (K 4, α 0.6), from the last checkpoint and from the average of the last 5.
 #
 #   scripts/multi30k.sh train de-en      # 60 min; runs/multi30k-de-en
-#   scripts/multi30k.sh eval de-en       # average + 4 evaluations, writes runs/*/translations/
+#   scripts/multi30k.sh eval de-en       # average + 4 evaluations: runs/*/test2016.beam*.json
+#   scripts/multi30k.sh table -          # the results table from both directions' runs
 #
 # FORMERS (default: formers) is the command to run; FORMERS_LOCK, if set, a lock file every
 # command waits for (a machine shared by several people).
@@ -30,9 +31,12 @@ case "$action" in
     run average "$dir" --last 5
     for run_dir in "$dir" "$dir-avg5"; do
       for beam in 1 4; do
-        run eval "$run_dir" --split test2016 --beam "$beam"
+        run eval "$run_dir" --split test2016 --beam "$beam" > "$run_dir/test2016.beam$beam.json"
       done
     done
     ;;
-  *) echo "usage: $0 train|eval de-en|en-de" >&2; exit 2 ;;
+  table)  # the results table of docs/translation.md, from the runs and their evaluations
+    python scripts/experiments/multi30k_table.py runs/multi30k-de-en runs/multi30k-en-de
+    ;;
+  *) echo "usage: $0 train|eval de-en|en-de, or $0 table -" >&2; exit 2 ;;
 esac
