@@ -1,4 +1,5 @@
-"""The `formers` command: train | eval | generate | bench | compare | data | presets | config.
+"""The `formers` command: train | eval | generate | translate | average | bench | compare | data |
+presets | config.
 
 This module parses the command line; each command's work is in `formers.commands`.
 """
@@ -15,6 +16,7 @@ from formers.commands.data import cmd_data
 from formers.commands.evaluate import cmd_eval
 from formers.commands.generate import cmd_generate
 from formers.commands.train import cmd_train
+from formers.commands.translate import add_translate_parsers, add_translation_eval_flags
 from formers.cpu_allocator import keep_freed_memory
 from formers.errors import FormersError
 from formers.runtime_flags import add_runtime_flags
@@ -55,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DEFAULTS,
     )
     p.add_argument("run", help="run folder")
-    p.add_argument("--split", default="valid", help="the corpus split to score")
+    p.add_argument("--split", default="valid", help="train, valid, test, or a corpus's own")
     p.add_argument(
         "--seq-len",
         "--tgt-len",
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
     p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
     add_runtime_flags(p)
+    add_translation_eval_flags(p)
     p.add_argument("--data-dir", help="folder of the named corpora")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -112,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parser(sub)
     add_compare_parser(sub)
+    add_translate_parsers(sub)
     return parser
 
 

@@ -19,3 +19,38 @@ def tiny_config(name: str, **overrides) -> formers.ModelConfig:
 def random_tokens(batch: int, length: int, vocab: int, low: int = 1) -> torch.Tensor:
     """Ids in [low, vocab): id 0 stays free to act as padding."""
     return torch.randint(low, vocab, (batch, length))
+
+
+TOY_LEXICON = {
+    "ein": "a",
+    "hund": "dog",
+    "katze": "cat",
+    "mann": "man",
+    "frau": "woman",
+    "läuft": "runs",
+    "schläft": "sleeps",
+    "singt": "sings",
+    "rot": "red",
+    "groß": "big",
+    "klein": "small",
+    "heute": "today",
+}
+
+
+def toy_pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """n German-like sentences of 2-6 words and their word-by-word English translations."""
+    import random
+
+    rng = random.Random(seed)
+    words = list(TOY_LEXICON)
+    source = [" ".join(rng.choices(words, k=rng.randint(2, 6))) for _ in range(n)]
+    target = [" ".join(TOY_LEXICON[w] for w in s.split()) for s in source]
+    return source, target
+
+
+def write_parallel_corpus(folder, n: int = 200, seed: int = 0) -> str:
+    """Two aligned files toy.de / toy.en in `folder`; returns the "SRC,TGT" corpus spec."""
+    source, target = toy_pairs(n, seed)
+    (folder / "toy.de").write_text("".join(s + "\n" for s in source), encoding="utf-8")
+    (folder / "toy.en").write_text("".join(t + "\n" for t in target), encoding="utf-8")
+    return f"{folder / 'toy.de'},{folder / 'toy.en'}"

@@ -18,7 +18,7 @@ import signal
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_config
+from helpers import random_tokens, tiny_config, write_parallel_corpus
 
 import formers
 from formers.infer import generate
@@ -188,15 +188,18 @@ def corpus_file(tmp_path):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_a_resumed_run_logs_the_same_losses(name, tmp_path, corpus_file, monkeypatch):
-    if formers.PRESETS[name]().arch not in TASKS:
-        pytest.skip(f"no training task for arch={formers.PRESETS[name]().arch!r} yet")
+    arch = formers.PRESETS[name]().arch
+    if arch not in TASKS:
+        pytest.skip(f"no training task for arch={arch!r} yet")
     sizes = {f"model.{k}": v for k, v in dict(n_layers=2, d_model=32, n_heads=4, d_ff=64).items()}
+    # a translation model trains on sentence pairs, not on one text
+    corpus = write_parallel_corpus(tmp_path) if arch == "encoder_decoder" else str(corpus_file)
     cfg = run_config(
         name,
         {
             **sizes,
             "model.dropout": 0.1,
-            "train.corpus": str(corpus_file),
+            "train.corpus": corpus,
             "train.batch_size": 2,
             "train.seq_len": 16,
             "train.max_steps": 6,

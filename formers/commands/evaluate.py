@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from formers.commands.translate import cmd_eval_translation, is_translation_run
 from formers.devices import resolve_device
 from formers.errors import FormersError
 
@@ -14,6 +15,8 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.runtime_flags import runtime_changes, runtime_report
     from formers.train.tasks import task_for
 
+    if is_translation_run(args.run):
+        return cmd_eval_translation(args)
     device = resolve_device(args.device)  # before anything is loaded
     changes = runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
     run = load_run(args.run, device, runtime=changes, checkpoint=args.checkpoint)

@@ -1,4 +1,4 @@
-"""Tokenizers: bytes, characters, words and byte-level BPE.
+"""Tokenizers: bytes, characters, words, byte-level BPE and joint BPE for translation.
 
 Each tokenizer serialises to a plain JSON-able dict (`to_dict`) and is rebuilt with
 `tokenizer_from_dict`, so a run folder can store it without pickle.
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from formers.data.errors import DataError
+from formers.data.joint_bpe import DEFAULT_JOINT_BPE_VOCAB, SPECIAL_TOKENS, train_joint_bpe
 
 Ids = Sequence[int] | torch.Tensor | np.ndarray
 
@@ -24,7 +25,7 @@ def _as_list(ids: Ids) -> list[int]:
 
 
 class Tokenizer(ABC):
-    """Maps text to token ids and back; `unit` is one of "byte", "char", "word", "bpe"."""
+    """Maps text to token ids and back; `unit` is a key of `TOKENIZERS`."""
 
     unit: ClassVar[str]
 
@@ -309,11 +310,90 @@ class BPETokenizer(Tokenizer):
         return cls(HFTokenizer.from_str(d["json"]))
 
 
+class JointBPETokenizer(Tokenizer):
+    """Byte-level BPE shared by the source and target languages of a translation corpus.
+
+    Ids 0..3 are `<pad>`, `<s>` (BOS), `</s>` (EOS) and `<unk>`; subwords start at 4. `encode`
+    returns a sentence's subwords without BOS/EOS (the translation batcher adds them) and
+    `decode` drops the four special tokens, so decode(encode(s)) == s for any string: the base
+    alphabet is the 256 bytes, so nothing is unknown (`formers/data/joint_bpe.py` says why bytes
+    and not a SentencePiece-like alphabet). Text that spells a special token, such as "<pad>",
+    is encoded as ordinary characters, never as the special id.
+    """
+
+    unit = "bpe-joint"
+
+    def __init__(self, hf_tokenizer: Any) -> None:
+        ids = [hf_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS]
+        if ids != list(range(len(SPECIAL_TOKENS))):
+            raise DataError(
+                f"not a joint BPE tokenizer: its ids for {list(SPECIAL_TOKENS)} are {ids}, "
+                "not [0, 1, 2, 3]; rebuild it with JointBPETokenizer.train."
+            )
+        self.hf = hf_tokenizer
+        # Not part of the saved JSON, so set on every construction: a literal "</s>" in a
+        # sentence must not end it.
+        self.hf.encode_special_tokens = True
+
+    @classmethod
+    def train(
+        cls, sentences: Iterable[str], vocab_size: int = DEFAULT_JOINT_BPE_VOCAB
+    ) -> JointBPETokenizer:
+        """Learn the vocabulary (specials included in `vocab_size`) from source and target text.
+
+        Deterministic: the same sentences give the same vocabulary and merges.
+        """
+        return cls(train_joint_bpe(sentences, vocab_size))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    @property
+    def pad_id(self) -> int:
+        return 0
+
+    @property
+    def bos_id(self) -> int:
+        return 1
+
+    @property
+    def eos_id(self) -> int:
+        return 2
+
+    @property
+    def unk_id(self) -> int:
+        return 3
+
+    def encode(self, text: str) -> list[int]:
+        # Exactly one space in front (removed again by decode), so a sentence's first word is
+        # the same token as mid-sentence, and a sentence that starts with a space keeps it.
+        return self.hf.encode(" " + text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` for many sentences at once (in parallel inside `tokenizers`)."""
+        encs = self.hf.encode_batch([" " + t for t in texts], add_special_tokens=False)
+        return [e.ids for e in encs]
+
+    def decode(self, ids: Ids) -> str:
+        return self.hf.decode(_as_list(ids), skip_special_tokens=True).removeprefix(" ")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"unit": self.unit, "json": self.hf.to_str()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JointBPETokenizer:
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return cls(HFTokenizer.from_str(d["json"]))
+
+
 TOKENIZERS: dict[str, type[Tokenizer]] = {
     "byte": ByteTokenizer,
     "char": CharTokenizer,
     "word": WordTokenizer,
     "bpe": BPETokenizer,
+    "bpe-joint": JointBPETokenizer,
 }
 
 DEFAULT_BPE_VOCAB = 8192
@@ -333,10 +413,10 @@ def train_tokenizer(unit: str, text: str, vocab_size: int | None = None) -> Toke
     """Build a tokenizer of kind `unit` on `text`.
 
     Args:
-        unit: "byte", "char", "word" or "bpe".
+        unit: "byte", "char", "word", "bpe" or "bpe-joint" (trained on the lines of `text`).
         text: the training text (ignored for bytes).
-        vocab_size: BPE merges target (default 8192) or the word vocabulary cap; ignored for
-            bytes and chars.
+        vocab_size: BPE vocabulary size (default 8192; 8000 for "bpe-joint") or the word
+            vocabulary cap; ignored for bytes and chars.
     """
     if unit == "byte":
         return ByteTokenizer()
@@ -346,4 +426,6 @@ def train_tokenizer(unit: str, text: str, vocab_size: int | None = None) -> Toke
         return WordTokenizer.train(text, max_vocab=vocab_size)
     if unit == "bpe":
         return BPETokenizer.train(text, vocab_size or DEFAULT_BPE_VOCAB)
+    if unit == "bpe-joint":
+        return JointBPETokenizer.train(_lines(text), vocab_size or DEFAULT_JOINT_BPE_VOCAB)
     raise DataError(f"unknown tokenizer {unit!r}; choose one of {list(TOKENIZERS)}")

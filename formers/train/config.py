@@ -30,6 +30,8 @@ class TrainConfig:
         tokenizer_vocab: BPE vocabulary size (or a cap on word vocabularies).
         batch_size: sequences per optimizer step and process (before accumulation).
         seq_len: tokens per sequence (the segment length of recurrent models).
+        max_tokens: translation: tokens per batch and side, padding included (Vaswani §5.1);
+            None: batch_size × seq_len, the same budget as a language-model batch.
         grad_accum: micro-batches accumulated per optimizer step.
         optimizer: "adamw" (decoupled decay on matrices), "adam_paper" (Vaswani §5.3) or "sgd"
             (with momentum 0.9).
@@ -61,6 +63,7 @@ class TrainConfig:
     tokenizer_vocab: int | None = None
     batch_size: int = 16
     seq_len: int = 128
+    max_tokens: int | None = None
     grad_accum: int = 1
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -119,12 +122,21 @@ class TrainConfig:
                 raise ConfigError(
                     f"train.{name}={getattr(self, name)!r} is not one of {', '.join(choices)}"
                 )
+        if self.max_tokens is not None and (
+            not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
+            raise ConfigError(f"train.max_tokens={self.max_tokens!r} must be a positive integer")
         if self.lr <= 0:
             raise ConfigError(f"train.lr={self.lr} must be positive")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+
+    @property
+    def batch_tokens(self) -> int:
+        """Tokens per translation batch and side: `max_tokens`, or batch_size × seq_len."""
+        return self.max_tokens or self.batch_size * self.seq_len
 
     @property
     def time_budget_seconds(self) -> float | None:

@@ -148,8 +148,9 @@ def test_the_trainer_logs_and_evaluation_reports_the_models_metrics(probe, tmp_p
     )
     result = trainer.train(cfg, tmp_path / "run", progress=False)
     train_records = read_metrics(tmp_path / "run", "train")
-    assert all(r["model.layers.0.ffn.mean"] > 0 or r["model.layers.0.ffn.mean"] < 0 for r in
-               train_records)
+    assert all(
+        r["model.layers.0.ffn.mean"] > 0 or r["model.layers.0.ffn.mean"] < 0 for r in train_records
+    )
     assert {"model.layers.0.ffn.mean", "model.layers.1.ffn.mean"} <= set(train_records[0])
     assert set(result.valid.metrics) == {"layers.0.ffn.mean", "layers.1.ffn.mean"}
     final = read_metrics(tmp_path / "run", "valid")[-1]

@@ -88,9 +88,10 @@ def test_first_training_losses_are_the_golden_ones(preset, tmp_path):
         GOLDEN.write_text(json.dumps(saved, indent=1) + "\n")
     golden = json.loads(GOLDEN.read_text())
     want = golden["losses"][preset]
-    same_kernels = golden["cpu_capability"] == cpu_capability() and golden[
-        "torch"
-    ] == torch.__version__.split("+")[0]
+    same_kernels = (
+        golden["cpu_capability"] == cpu_capability()
+        and golden["torch"] == torch.__version__.split("+")[0]
+    )
     if same_kernels:
         assert got == want  # bit for bit
     else:

@@ -72,9 +72,9 @@ def test_layer_output_equals_the_reference_weights_times_values():
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     mask = AttentionMask(causal=True, key_valid=torch.rand(2, 9) > 0.2)
     q, k, v, _ = attn.project(x)
-    weights = reference_weights(q @ k.transpose(-2, -1) / math.sqrt(8), allowed_matrix(
-        2, 9, 9, True, mask.key_valid
-    ), 3)
+    weights = reference_weights(
+        q @ k.transpose(-2, -1) / math.sqrt(8), allowed_matrix(2, 9, 9, True, mask.key_valid), 3
+    )
     heads = (weights @ v).transpose(1, 2).reshape(2, 9, 16)
     want = attn.out_proj(heads)
     torch.testing.assert_close(attn(x, mask=mask), want, atol=1e-12, rtol=1e-12)

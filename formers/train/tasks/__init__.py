@@ -10,8 +10,13 @@ from formers.train.config import RunConfig
 from formers.train.tasks.base import Batch, Batches, EvalResult, StepOutput, Task
 from formers.train.tasks.causal_lm import CausalLMTask
 from formers.train.tasks.masked_lm import MaskedLMTask
+from formers.train.tasks.translation import TranslationTask
 
-TASKS: dict[str, type[Task]] = {"decoder": CausalLMTask, "encoder": MaskedLMTask}
+TASKS: dict[str, type[Task]] = {
+    "decoder": CausalLMTask,
+    "encoder": MaskedLMTask,
+    "encoder_decoder": TranslationTask,
+}
 
 
 def task_for(cfg: RunConfig, data: Any | None = None) -> Task:
@@ -33,5 +38,6 @@ __all__ = [
     "MaskedLMTask",
     "StepOutput",
     "Task",
+    "TranslationTask",
     "task_for",
 ]

@@ -1,0 +1,95 @@
+"""Checkpoint averaging: the mean of the weights of a run's last N checkpoints.
+
+Vaswani et al. 2017 §6.1: "For the base models, we used a single model obtained by averaging
+the last 5 checkpoints, which were written at 10-minute intervals." The average is written as a
+run folder of its own (config, tokenizer and one weights-only checkpoint), so `formers eval` and
+`formers translate` read it like any other run.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from torch import Tensor
+
+from formers.errors import FormersError
+from formers.models import build
+from formers.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from formers.train.checkpoint_format import CHECKPOINTS_DIR
+from formers.train.checkpoint_read import step_dirs
+from formers.train.config import run_config_from_dict
+
+RUN_FILES = ("config.json", "tokenizer.json")
+
+
+def last_checkpoints(run_dir: str | Path, last: int) -> list[Path]:
+    """The newest `last` complete checkpoints of a run, oldest first."""
+    if last < 1:
+        raise FormersError(f"--last {last}: average at least 1 checkpoint")
+    run_dir = Path(run_dir)
+    found = step_dirs(run_dir / CHECKPOINTS_DIR) if (run_dir / CHECKPOINTS_DIR).is_dir() else []
+    if len(found) < last:
+        raise FormersError(
+            f"{run_dir} holds {len(found)} checkpoint(s), fewer than --last {last}: average "
+            f"fewer, or train with --train.keep_checkpoints {last} (and a save_every that "
+            "writes that many)"
+        )
+    return found[-last:]
+
+
+def average_state(checkpoints: list[Path]) -> tuple[dict[str, Tensor], dict]:
+    """The element-wise mean (in float64, cast back) of the checkpoints' weights, and the
+    config of the newest; integer tensors are taken from the newest."""
+    config = load_checkpoint(checkpoints[-1], restore_rng=False).config
+    model = build(run_config_from_dict(config).model)
+    total: dict[str, Tensor] = {}
+    for path in checkpoints:
+        load_checkpoint(path, model=model, restore_rng=False)
+        for name, value in model.state_dict().items():
+            if value.is_floating_point():
+                total[name] = total.get(name, 0) + value.double()
+            else:
+                total[name] = value.clone()
+    dtypes = {name: value.dtype for name, value in model.state_dict().items()}
+    mean = {
+        name: (value / len(checkpoints)).to(dtypes[name]) if value.is_floating_point() else value
+        for name, value in total.items()
+    }
+    return mean, config
+
+
+def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:
+    """Write the average of the last `last` checkpoints of `run_dir` as the run folder `out`.
+
+    Args:
+        run_dir: a `formers train` run folder.
+        last: how many of its newest checkpoints to average.
+        out: the new run folder (default: `<run_dir>-avg<last>`); replaced if it exists.
+
+    Returns:
+        The new run folder.
+    """
+    run_dir = Path(run_dir)
+    checkpoints = last_checkpoints(run_dir, last)
+    out = Path(out) if out is not None else run_dir.with_name(f"{run_dir.name}-avg{last}")
+    if out.resolve() == run_dir.resolve():
+        raise FormersError(f"--out {out} is the run itself; write the average to another folder")
+    weights, config = average_state(checkpoints)
+    model = build(run_config_from_dict(config).model)
+    model.load_state_dict(weights)
+    if (out / CHECKPOINTS_DIR).exists():
+        shutil.rmtree(out / CHECKPOINTS_DIR)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        if (run_dir / name).exists():
+            shutil.copyfile(run_dir / name, out / name)
+    steps = [int(path.name.removeprefix("step_")) for path in checkpoints]
+    newest = load_checkpoint(checkpoints[-1], restore_rng=False).state
+    state = TrainState(
+        step=steps[-1],
+        tokens_seen=newest.tokens_seen,
+        extra={"averaged_from": str(run_dir), "averaged_steps": steps},
+    )
+    save_checkpoint(out, model=model, optimizer=None, config=config, state=state, keep=None)
+    return out
