@@ -52,7 +52,6 @@ from formers.train import rng as _rng
 from formers.train.checkpoint_format import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
-    FORMAT_VERSION,
     LAYOUTS,
     MANIFEST_FILE,
     MODEL_FILE,
@@ -84,10 +83,9 @@ from formers.train.checkpoint_read import (
 )
 from formers.train.checkpoint_sharded import load_full_into_sharded, read_sharded, write_sharded
 from formers.train.checkpoint_write import (
-    fsync_dir,
     prune,
     remove_leftovers,
-    replace_dir,
+    seal,
     unwrap,
     write_flat,
     write_json,
@@ -200,7 +198,7 @@ def save_checkpoint(
             error = _attempt(lambda: write_rank_state(tmp, rank, rng, memory))
         agree(error, "writing the checkpoint")
         if rank == 0:
-            error = _attempt(lambda: _seal(tmp, final, state.step, layout, world_size))
+            error = _attempt(lambda: seal(tmp, final, state.step, layout, world_size))
         agree(error, "renaming the checkpoint into place")
     except BaseException:
         if rank == 0:
@@ -251,26 +249,6 @@ def _write_shared(
     }
     write_flat(tmp, "trainer", trainer)
     write_flat(tmp, "rng", rng)
-
-
-def _seal(tmp: Path, final: Path, step: int, layout: str, world_size: int) -> None:
-    """The manifest (every file and its size), then the rename that makes it a checkpoint."""
-    files = {
-        path.relative_to(tmp).as_posix(): path.stat().st_size
-        for path in sorted(tmp.rglob("*"))
-        if path.is_file()
-    }
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "step": step,
-        "layout": layout,
-        "world_size": world_size,
-        "files": files,
-    }
-    write_json(tmp / MANIFEST_FILE, manifest, indent=2)
-    for folder in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
-        fsync_dir(folder)
-    replace_dir(tmp, final)
 
 
 def _point_latest(root: Path, name: str, keep: int | None) -> None:
