@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import Tensor, nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.hf_storage import (
     HuggingFaceStorageReader,
     HuggingFaceStorageWriter,
@@ -42,6 +43,7 @@ from formers.train.checkpoint_format import (
     OPTIMIZER_VALUES_FILE,
     SHARDED_MODEL_DIR,
     SHARDED_OPTIMIZER_DIR,
+    CheckpointError,
     CheckpointMismatchError,
 )
 from formers.train.checkpoint_read import corrupt, mismatch, read_json
@@ -203,8 +205,11 @@ def _empty_like(tensor: Tensor) -> Tensor:
 
 def _save(tensors: dict[str, Tensor], folder: Path, collective: bool) -> None:
     writer = HuggingFaceStorageWriter(str(folder), save_distributed=True)
-    with _one_process_is_meant():
-        dcp.save(tensors, storage_writer=writer, no_dist=not collective)
+    try:
+        with _one_process_is_meant():
+            dcp.save(tensors, storage_writer=writer, no_dist=not collective)
+    except CheckpointException as e:  # raised on every process when any failed
+        raise CheckpointError(f"writing the shards of {folder} failed: {_describe(e)}") from e
 
 
 def _load(tensors: dict[str, Tensor], folder: Path, collective: bool) -> None:
@@ -214,8 +219,8 @@ def _load(tensors: dict[str, Tensor], folder: Path, collective: bool) -> None:
         reader = HuggingFaceStorageReader(str(folder))
         with _one_process_is_meant():
             dcp.load(tensors, storage_reader=reader, no_dist=not collective)
-    except Exception as e:  # DCP gathers every process's error into one CheckpointException
-        raise corrupt(folder, f"its shards cannot be read ({_last_line(e)})") from e
+    except (Exception, CheckpointException) as e:  # DCP's gathers every process's error
+        raise corrupt(folder, f"its shards cannot be read ({_describe(e)})") from e
 
 
 @contextmanager
@@ -232,7 +237,7 @@ def _saved_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     try:
         metadata = HuggingFaceStorageReader(str(folder)).read_metadata()
     except Exception as e:  # a damaged safetensors header
-        raise corrupt(folder, f"its shard headers cannot be read ({_last_line(e)})") from e
+        raise corrupt(folder, f"its shard headers cannot be read ({_describe(e)})") from e
     return {k: tuple(v.size) for k, v in metadata.state_dict_metadata.items()}
 
 
@@ -255,6 +260,12 @@ def _check_keys(
         raise mismatch(folder, problems)
 
 
-def _last_line(error: Exception) -> str:
+def _describe(error: BaseException) -> str:
+    """One line: each failing process's error (DCP's CheckpointException), or the error."""
+    if isinstance(error, CheckpointException):
+        return "; ".join(
+            f"process {rank}: {_describe(failure[0] if isinstance(failure, tuple) else failure)}"
+            for rank, failure in sorted(error.failures.items())
+        )
     text = str(error).strip().splitlines()
-    return text[-1] if text else type(error).__name__
+    return f"{type(error).__name__}: {text[-1] if text else ''}"
