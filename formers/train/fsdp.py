@@ -21,6 +21,7 @@ CPU, autocast as in one process.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
 
@@ -49,6 +50,9 @@ def shard(model: nn.Module, world_size: int, device: torch.device, precision: st
         The same module, now an `FSDPModule`: build the optimizer after this, over its shards.
     """
     broadcast_from_rank0(model)
+    # FSDP warns when a unit returns a view, since an in-place op on it would skip a gradient
+    # hook; our blocks add every sublayer's output out of place (PostNorm, PreNorm).
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision(precision, device)
     for unit in units(model):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,17 @@ def test_every_model_takes_the_same_steps_sharded(name, cfg, process_group):
     assert got.keys() == want.keys()
     for key in want:
         torch.testing.assert_close(got[key], want[key], atol=1e-5, rtol=1e-5)
+
+
+def test_bf16_is_the_policys_on_cuda_and_autocasts_elsewhere():
+    cuda = torch.device("cuda")
+    policy = fsdp.mixed_precision("bf16", cuda)
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert isinstance(fsdp.autocast_for_sharded("bf16", cuda), nullcontext)
+    assert fsdp.mixed_precision("fp32", cuda).param_dtype is None
+    assert fsdp.mixed_precision("bf16", CPU).param_dtype is None
+    on_cpu = fsdp.autocast_for_sharded("bf16", CPU)
+    assert isinstance(on_cpu, torch.autocast) and on_cpu.fast_dtype == torch.bfloat16
 
 
 def unit_names(model) -> set[str]:
