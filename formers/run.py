@@ -72,11 +72,11 @@ def load_run(
 ) -> LoadedRun:
     """Load a `formers train` run folder's model (in eval mode), tokenizer and config.
 
-    Works on any run: a sharded (FSDP) checkpoint is assembled into the plain model in this
-    process, without a process group.
-
         run = formers.load_run("runs/ts")
         ids = run.tokenizer.encode("ROMEO:")
+
+    Works on any run: a sharded (FSDP) checkpoint is assembled into the plain model in this
+    process, without a process group.
 
     Args:
         run_dir: the run folder.

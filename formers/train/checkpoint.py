@@ -185,8 +185,7 @@ def save_checkpoint(
     name = f"step_{state.step:06d}"
     final = root / name
     tmp = root / broadcast_name(f"{TMP_PREFIX}{name}-{uuid.uuid4().hex[:8]}")
-    error = _attempt(lambda: _make_folder(tmp) if rank == 0 else None)
-    agree(error, "creating the checkpoint folder")
+    agree(_attempt(lambda: _make_folder(tmp)) if rank == 0 else None, "creating the folder")
     try:
         if layout == SHARDED:  # collective: every process writes its shards
             agree(_attempt(lambda: write_sharded(tmp, model, optimizer)), "writing shards")
@@ -197,20 +196,20 @@ def save_checkpoint(
         else:
             error = _attempt(lambda: write_rank_state(tmp, rank, rng, memory))
         agree(error, "writing the checkpoint")
+        sealed = None
         if rank == 0:
-            error = _attempt(lambda: seal(tmp, final, state.step, layout, world_size))
-        agree(error, "renaming the checkpoint into place")
+            sealed = _attempt(lambda: seal(tmp, final, state.step, layout, world_size))
+        agree(sealed, "renaming the checkpoint into place")
     except BaseException:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if rank == 0:
-        error = _attempt(lambda: _point_latest(root, name, keep))
-    agree(error, "moving the latest pointer")
+    pointed = _attempt(lambda: _point_latest(root, name, keep)) if rank == 0 else None
+    agree(pointed, "moving the latest pointer")
     return final
 
 
-def _attempt(action: Any) -> BaseException | None:
+def _attempt(action: Callable[[], object]) -> BaseException | None:
     """Run `action`; the exception it raised, or None (so every process can `agree` first)."""
     try:
         action()
