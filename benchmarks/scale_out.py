@@ -6,9 +6,10 @@ own steps (`trainer.start`, `set_learning_rate`, `take_step`) for --steps steps,
 --warmup of them untimed, then saves one checkpoint. Configurations run one after the other in
 --rounds interleaved rounds (the first one changes every round), each as its own launch:
 
-    one    a single process, all the machine's threads
-    ddp    torchrun, 2 processes (1 thread each, torchrun's default): replicated weights
-    fsdp   torchrun, 2 processes (1 thread each): weights, gradients and AdamW state sharded
+    one     a single process, all the machine's threads
+    one-1t  a single process on one thread (what each process of the two below gets)
+    ddp     torchrun, 2 processes (1 thread each, torchrun's default): replicated weights
+    fsdp    torchrun, 2 processes (1 thread each): weights, gradients and AdamW state sharded
 
 Reported per configuration, medians over rounds:
     tokens/s         tokens of all processes per second (median step time of each run)
@@ -47,7 +48,13 @@ SMALL = {
     "model.d_ff": 2048,
     "model.dropout": 0.0,
 }
-CONFIGS = {"one": (1, "ddp"), "ddp": (2, "ddp"), "fsdp": (2, "fsdp")}
+# name: (processes, strategy, threads per process; 0: torch's default)
+CONFIGS = {
+    "one": (1, "ddp", 0),
+    "one-1t": (1, "ddp", 1),
+    "ddp": (2, "ddp", 1),
+    "fsdp": (2, "fsdp", 1),
+}
 
 
 def local_bytes(tensor: torch.Tensor) -> int:
@@ -61,6 +68,8 @@ def worker(args: argparse.Namespace) -> None:
     from formers.train import distributed, trainer
     from formers.train.config import run_config
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     overrides = {
         **SMALL,
         "train.corpus": args.corpus,
@@ -120,14 +129,14 @@ def worker(args: argparse.Namespace) -> None:
 
 def launch(name: str, args: argparse.Namespace, run_dir: Path) -> list[dict[str, Any]]:
     """Run configuration `name` once; the result of each of its processes."""
-    processes, strategy = CONFIGS[name]
+    processes, strategy, threads = CONFIGS[name]
     launcher = [sys.executable]
     if processes > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
     command = [
         *launcher, __file__, "--worker", "--strategy", strategy, "--run-dir", str(run_dir),
         "--steps", str(args.steps), "--warmup", str(args.warmup), "--corpus", args.corpus,
-        "--precision", args.precision,
+        "--precision", args.precision, "--threads", str(threads),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -172,6 +181,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -187,14 +197,14 @@ def main() -> None:
     table = {name: summarise(runs) for name, runs in raw.items()}
     base = table[args.configs[0]]["tokens_per_s"]
     header = (
-        f"{'config':6} {'procs x threads':>15} {'tokens/s':>9} {'vs ' + args.configs[0]:>7} "
+        f"{'config':7} {'procs x threads':>15} {'tokens/s':>9} {'vs ' + args.configs[0]:>7} "
         f"{'peak RSS MiB':>12} {'state MiB':>9} {'params':>7} {'AdamW':>7} {'save s':>7} "
         f"{'ckpt MiB':>8}"
     )
     print(header)
     for name, row in table.items():
         print(
-            f"{name:6} {row['processes']:>9} x {row['threads_per_process']:<3} "
+            f"{name:7} {row['processes']:>9} x {row['threads_per_process']:<3} "
             f"{row['tokens_per_s']:>9,.0f} {row['tokens_per_s'] / base:>6.2f}x "
             f"{row['peak_rss_mib']:>12,.0f} {row['model_state_mib']:>9.1f} "
             f"{row['params_mib']:>7.1f} {row['optimizer_mib']:>7.1f} {row['save_seconds']:>7.2f} "
