@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from formers.train.checkpoint_format import CheckpointCorruptError, CheckpointError
+from formers.train.checkpoint_format import CheckpointError
 from formers.train.checkpoint_read import read_flat
 from formers.train.checkpoint_write import write_flat
 from formers.train.state_tree import concat_rows, take_rows
@@ -73,6 +73,8 @@ def regroup_memory(memories: list[Any], rank: int, world_size: int) -> Any:
         return None
     every_row = concat_rows(memories)
     rows = _rows(every_row)
+    if rows is None:  # no tensor in it: nothing to share out
+        return every_row
     if rows % world_size:
         raise CheckpointError(
             f"the saved memory has {rows} rows (streams), which {world_size} processes cannot "
@@ -82,14 +84,16 @@ def regroup_memory(memories: list[Any], rank: int, world_size: int) -> Any:
     return take_rows(every_row, rank * per_process, (rank + 1) * per_process)
 
 
-def _rows(nest: Any) -> int:
+def _rows(nest: Any) -> int | None:
+    """The first dimension of the first tensor in `nest`; None if it holds none."""
     if isinstance(nest, torch.Tensor):
         return nest.shape[0]
-    children = nest.values() if isinstance(nest, dict) else nest
-    for child in children:
-        if child is not None:
-            return _rows(child)
-    raise CheckpointCorruptError("the saved memory holds no tensor")
+    if isinstance(nest, (list, tuple, dict)):
+        for child in nest.values() if isinstance(nest, dict) else nest:
+            rows = _rows(child)
+            if rows is not None:
+                return rows
+    return None
 
 
 def agree(error: BaseException | None, what: str) -> None:

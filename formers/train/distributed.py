@@ -129,7 +129,3 @@ def all_reduce_mean(value: float, env: Distributed) -> float:
     dist.all_reduce(tensor)
     return tensor.item() / env.world_size
 
-
-def is_main_process() -> bool:
-    """Rank 0 of the process group, or the only process."""
-    return not dist.is_initialized() or dist.get_rank() == 0

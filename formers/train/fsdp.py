@@ -63,8 +63,8 @@ def shard(model: nn.Module, world_size: int, device: torch.device, precision: st
 
 def units(model: nn.Module) -> list[nn.Module]:
     """The modules to shard as units before the root: each block of every outermost
-    `nn.ModuleList` (the stacks), or, for a block that shares parameters with another module,
-    its children that do not (recursively)."""
+    `nn.ModuleList` (the stacks); in a block that shares a parameter with another module, the
+    parts that do not (`private_units`)."""
     owners = parameter_owners(model)
     found: list[nn.Module] = []
     for path, stack in outermost_module_lists(model):

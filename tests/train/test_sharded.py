@@ -394,6 +394,7 @@ def test_memory_rows_are_regrouped_in_stream_order():
     four = [regroup_memory(saved, rank=r, world_size=4) for r in range(4)]
     assert [m[0][:, 0, 0].tolist() for m in four] == [[0.0], [1.0], [2.0], [3.0]]
     assert regroup_memory([None, None], 0, 1) is None  # both at a stream restart
+    assert regroup_memory([[None], [None]], 0, 1) == [None]  # no tensor to share out
     with pytest.raises(FormersError, match="3 processes"):
         regroup_memory(saved, rank=0, world_size=3)
 
