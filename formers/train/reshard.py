@@ -30,8 +30,6 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     if "batch_size" not in data or "world_size" not in data:
         return cfg  # a task whose batches are not streams
     saved_rows, saved_world = data["batch_size"], data["world_size"]
-    if world_size == saved_world:
-        return cfg
     streams = saved_rows * saved_world
     if streams % world_size:
         raise FormersError(
@@ -46,7 +44,9 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
             f"--resume on {_processes(world_size)} continues the run's {streams} streams with "
             f"train.batch_size {rows} per process, not {asked}: leave --train.batch_size out"
         )
-    if tell and asked != rows:
+    if asked == rows:
+        return cfg
+    if tell:
         print(
             f"note: the run's {streams} streams continue on {_processes(world_size)} instead "
             f"of {saved_world}: train.batch_size {asked} -> {rows} per process",

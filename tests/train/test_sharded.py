@@ -429,3 +429,5 @@ def test_the_batch_size_follows_the_number_of_processes(capsys):
         keep_streams(cfg, saved, 3, tell=False)
     with pytest.raises(FormersError, match="leave --train.batch_size out"):
         keep_streams(xl_run_config(batch_size=3), saved, 1, tell=False)
+    with pytest.raises(FormersError, match="batch_size 2 per process, not 4"):
+        keep_streams(asked_four, saved, 2, tell=False)  # the same processes, other rows
