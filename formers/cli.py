@@ -1,5 +1,5 @@
-"""The `formers` command: train | eval | generate | translate | average | bench | compare | data |
-presets | config.
+"""The `formers` command: train | eval | generate | translate | average | convert | bench | compare
+| data | presets | config.
 
 This module parses the command line; each command's work is in `formers.commands`.
 """
@@ -12,6 +12,7 @@ import sys
 from formers.bench.bench_cli import add_bench_parser
 from formers.bench.compare_cli import add_compare_parser
 from formers.commands.config import cmd_config, cmd_presets
+from formers.commands.convert import cmd_convert
 from formers.commands.data import cmd_data
 from formers.commands.evaluate import cmd_eval
 from formers.commands.generate import cmd_generate
@@ -93,6 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "convert",
+        help="rewrite a run's checkpoint as one file or as shards",
+        description="Rewrite a checkpoint in the other layout: 'single' (model.safetensors, "
+        "what one process or DDP saves) or 'sharded' (one shard file per process, what FSDP "
+        "saves). Either layout already loads anywhere; convert to hand the weights to other "
+        "tools or to start a large FSDP run from shards.",
+        formatter_class=DEFAULTS,
+    )
+    p.add_argument("run", help="run folder")
+    p.add_argument("--to", choices=["single", "sharded"], default="single", help="the layout")
+    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
+    p.add_argument("--out", help="write it to this folder instead of replacing it in place")
+    p.set_defaults(func=cmd_convert)
 
     p = sub.add_parser("data", help="list, download or inspect corpora")
     p.add_argument("action", choices=["list", "get", "info"])

@@ -33,7 +33,7 @@ class LoadedRun:
     step: int
 
 
-def _checkpoint_of(run_dir: Path, step: int | None = None) -> Path:
+def checkpoint_of(run_dir: Path, step: int | None = None) -> Path:
     """The run's latest checkpoint, or the one of `step`."""
     if not run_dir.is_dir():
         raise FormersError(f"no run folder at {run_dir}: give the --run-dir of a `formers train`")
@@ -61,7 +61,7 @@ def checkpoint_steps(run_dir: str | Path) -> list[int]:
 
 def read_run_config(run_dir: str | Path, checkpoint: int | None = None) -> RunConfig:
     """The config a run's latest checkpoint (or the one of step `checkpoint`) was trained with."""
-    return run_config_from_dict(load_config(_checkpoint_of(Path(run_dir), checkpoint)))
+    return run_config_from_dict(load_config(checkpoint_of(Path(run_dir), checkpoint)))
 
 
 def load_run(
@@ -75,6 +75,9 @@ def load_run(
         run = formers.load_run("runs/ts")
         ids = run.tokenizer.encode("ROMEO:")
 
+    Works on any run: a sharded (FSDP) checkpoint is assembled into the plain model in this
+    process, without a process group.
+
     Args:
         run_dir: the run folder.
         device: where to put the model.
@@ -83,7 +86,7 @@ def load_run(
         checkpoint: the step of the checkpoint to load; None: the latest.
     """
     run_dir = Path(run_dir)
-    checkpoint = _checkpoint_of(run_dir, checkpoint)
+    checkpoint = checkpoint_of(run_dir, checkpoint)
     tokenizer_file = run_dir / "tokenizer.json"
     if not tokenizer_file.exists():
         raise FormersError(f"{tokenizer_file} is missing: the run folder is incomplete")

@@ -100,6 +100,11 @@ class StreamBatcher:
         targets = self.data[:, p + 1 : p + 1 + t].clone()  # (B, T)
         return inputs, targets
 
+    @property
+    def n_streams(self) -> int:
+        """Streams over all processes (B×W)."""
+        return self.batch_size * self.world_size
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "batches_done": self.batches_done,
@@ -110,13 +115,21 @@ class StreamBatcher:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        # The rank may differ (every rank may load rank 0's state); the layout may not.
-        for key in ("batch_size", "seq_len", "world_size", "n_tokens"):
+        # Any rank loads rank 0's state: every process is at the same batch of its streams.
+        for key in ("seq_len", "n_tokens"):
             if state[key] != getattr(self, key):
                 raise DataError(
                     f"cannot resume the batcher: saved {key}={state[key]} but this run has "
                     f"{key}={getattr(self, key)}; resume with the same data and batch settings."
                 )
+        saved_streams = state["batch_size"] * state["world_size"]
+        if saved_streams != self.n_streams:
+            raise DataError(
+                f"cannot resume the batcher: the run read {saved_streams} streams "
+                f"({state['world_size']} processes x batch_size {state['batch_size']}), this "
+                f"one {self.n_streams} ({self.world_size} x {self.batch_size}); set "
+                f"train.batch_size to {saved_streams} / processes to continue every stream"
+            )
         self.batches_done = int(state["batches_done"])
         self.stream_restarted = False
 

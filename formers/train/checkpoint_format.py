@@ -15,6 +15,13 @@ MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
+# How weights and optimizer state are stored (the manifest's "layout"): one file each, or one
+# shard file per process in a folder each (torch.distributed.checkpoint, FSDP).
+SINGLE, SHARDED = "single", "sharded"
+LAYOUTS = (SINGLE, SHARDED)
+SHARDED_MODEL_DIR = "model"
+SHARDED_OPTIMIZER_DIR = "optimizer"
+OPTIMIZER_VALUES_FILE = "optimizer.json"
 
 STEP_DIR = re.compile(r"^step_(\d+)$")
 # Prefixes of in-progress and to-be-deleted entries; the loader never looks at them.

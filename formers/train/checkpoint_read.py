@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from torch import Tensor, nn
+from torch import Tensor
 
 from formers.train.checkpoint_format import (
     ALIASES_KEY,
@@ -91,7 +91,8 @@ def corrupt(path: Path, problem: str) -> CheckpointCorruptError:
     )
 
 
-def check_manifest(ckpt: Path) -> None:
+def check_manifest(ckpt: Path) -> dict[str, Any]:
+    """The manifest, once every file it lists is there with its size."""
     manifest = read_json(ckpt / MANIFEST_FILE)
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
@@ -105,6 +106,7 @@ def check_manifest(ckpt: Path) -> None:
             raise corrupt(file, "file listed in the manifest is missing")
         if file.stat().st_size != size:
             raise corrupt(file, f"size {file.stat().st_size} bytes, the manifest says {size}")
+    return manifest
 
 
 def read_json(path: Path) -> Any:
@@ -150,18 +152,19 @@ def read_flat(ckpt: Path, stem: str) -> Any:
         raise corrupt(ckpt / f"{stem}.json", f"skeleton does not match the tensors ({e})") from e
 
 
-def load_weights(
+def check_weights(
     ckpt: Path,
-    model: nn.Module,
+    expected: dict[str, Tensor],
     weights: dict[str, Tensor],
     aliases: dict[str, str],
     strict: bool,
-) -> None:
+) -> dict[str, Tensor]:
+    """The weights (aliases filled in) that fit `expected` (a model's state dict); a
+    CheckpointMismatchError listing what does not."""
     for alias, target in aliases.items():
         if target not in weights:
             raise corrupt(ckpt / MODEL_FILE, f"alias {alias!r} names missing tensor {target!r}")
         weights[alias] = weights[target]
-    expected = model.state_dict()
     missing = [k for k in expected if k not in weights]
     unexpected = [k for k in weights if k not in expected]
     wrong_shape = [
@@ -174,14 +177,18 @@ def load_weights(
         problems += [("missing from checkpoint", missing), ("unexpected in checkpoint", unexpected)]
     problems = [(what, keys) for what, keys in problems if keys]
     if problems:
-        details = "; ".join(
-            f"{len(keys)} {what}: {', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}"
-            for what, keys in problems
-        )
-        raise CheckpointMismatchError(
-            f"{ckpt / MODEL_FILE} does not fit the model ({details}): the checkpoint was made "
-            f"for another model config; build the model from its config.json ({ckpt}), as "
-            "formers eval and --resume do"
-        )
-    # Copies into the existing tensors, so parameters tied in `model` stay one Parameter.
-    model.load_state_dict({k: v for k, v in weights.items() if k in expected}, strict=False)
+        raise mismatch(ckpt / MODEL_FILE, problems)
+    return {k: v for k, v in weights.items() if k in expected}
+
+
+def mismatch(path: Path, problems: list[tuple[str, list[str]]]) -> CheckpointMismatchError:
+    """The error for weights that do not fit the model: what, and five names of each kind."""
+    details = "; ".join(
+        f"{len(keys)} {what}: {', '.join(keys[:5])}{', ...' if len(keys) > 5 else ''}"
+        for what, keys in problems
+    )
+    return CheckpointMismatchError(
+        f"{path} does not fit the model ({details}): the checkpoint was made for another model "
+        f"config; build the model from its config.json ({path.parent}), as formers eval and "
+        "--resume do"
+    )

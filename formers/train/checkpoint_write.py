@@ -21,6 +21,7 @@ from formers.train.checkpoint_format import (
     ALIASES_KEY,
     FORMAT_VERSION,
     LATEST_FILE,
+    MANIFEST_FILE,
     TMP_PREFIX,
     TRASH_PREFIX,
 )
@@ -126,6 +127,26 @@ def replace_dir(src: Path, dst: Path) -> None:
     fsync_dir(dst.parent)
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def seal(tmp: Path, final: Path, step: int, layout: str, world_size: int) -> None:
+    """The manifest (every file and its size), then the rename that makes it a checkpoint."""
+    files = {
+        path.relative_to(tmp).as_posix(): path.stat().st_size
+        for path in sorted(tmp.rglob("*"))
+        if path.is_file()
+    }
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "layout": layout,
+        "world_size": world_size,
+        "files": files,
+    }
+    write_json(tmp / MANIFEST_FILE, manifest, indent=2)
+    for folder in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
+        fsync_dir(folder)
+    replace_dir(tmp, final)
 
 
 def write_latest(root: Path, name: str) -> None:

@@ -46,6 +46,8 @@ class TrainConfig:
         precision: "fp32", "bf16" (autocast, fp32 master weights) or "auto" (bf16 where the
             device runs it natively, else fp32).
         compile: wrap the model in torch.compile.
+        distributed: under torchrun, "ddp" (every process keeps the whole model) or "fsdp"
+            (FSDP2: weights, gradients and optimizer state sharded over the processes).
         eval_every: steps between evaluations on the valid split (0: only at the end).
         eval_tokens: score at most this many valid tokens in periodic evaluations (None: all).
         save_every: steps between checkpoints (0: only at the end and on interruption).

@@ -1,19 +1,25 @@
 """Process-group set-up for `torchrun`: the same command runs on one process or many.
 
-torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; without them this is a single process.
+torchrun sets RANK, LOCAL_RANK and WORLD_SIZE; without them this is a single process. Two ways
+to spread a run over processes (`train.distributed`): "ddp" keeps a whole replica of the model
+and optimizer on each process and averages the gradients; "fsdp" shards them
+(`formers.train.fsdp`). Either way each process trains on its own rows of the batch.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from formers.devices import resolve_device
-from formers.errors import FormersError
+from formers.train import fsdp
 
 
 @dataclass(frozen=True)
@@ -54,21 +60,56 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
-def wrap(model: nn.Module, env: Distributed, strategy: str = "ddp") -> nn.Module:
-    """DDP (replicated weights) or FSDP (sharded weights) around `model`; itself when alone."""
+def shards(env: Distributed, strategy: str) -> bool:
+    """Whether this run shards its model (FSDP over more than one process)."""
+    return env.enabled and strategy == "fsdp"
+
+
+def wrap(
+    model: nn.Module, env: Distributed, strategy: str = "ddp", precision: str = "fp32"
+) -> nn.Module:
+    """DDP (replicated weights) or FSDP (sharded weights, in place) around `model`; itself
+    when alone. Under FSDP build the optimizer after this, over the shards."""
     if not env.enabled:
         return model
     if strategy == "fsdp":
-        if env.device.type != "cuda":
-            raise FormersError(
-                "train.distributed='fsdp' shards the weights across GPUs and needs CUDA devices; "
-                "on CPUs use train.distributed=ddp"
-            )
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        return FullyShardedDataParallel(model, use_orig_params=True)
+        return fsdp.shard(model, env.world_size, env.device, precision)
     device_ids = [env.device.index] if env.device.type == "cuda" else None
     return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+@contextmanager
+def micro_batch(model: nn.Module, env: Distributed, last: bool) -> Iterator[None]:
+    """Around one micro-batch's forward and backward: gradients are averaged over processes on
+    the last micro-batch of a step only, and under FSDP rank 0's persistent buffers are taken
+    first (DDP does that itself)."""
+    inner = getattr(model, "_orig_mod", model)  # under torch.compile
+    if not env.enabled:
+        yield
+    elif isinstance(inner, nn.parallel.DistributedDataParallel):
+        if last:
+            yield
+        else:
+            with inner.no_sync():
+                yield
+    else:
+        fsdp.sync_buffers(inner)
+        inner.set_requires_gradient_sync(last)
+        yield
+
+
+def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Clip the gradients' global norm to `max_norm`; the norm before clipping (a plain tensor,
+    over all shards when the parameters are FSDP's DTensors)."""
+    parameters = list(parameters)
+    if not any(isinstance(p, DTensor) for p in parameters):
+        return nn.utils.clip_grad_norm_(parameters, max_norm)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = nn.utils.get_total_norm(grads)
+    if isinstance(norm, DTensor):  # partial sums of the shards: reduce them
+        norm = norm.full_tensor()
+    nn.utils.clip_grads_with_norm_(parameters, max_norm, norm)
+    return norm
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -87,3 +128,4 @@ def all_reduce_mean(value: float, env: Distributed) -> float:
     tensor = torch.tensor([value], dtype=torch.float64, device=env.device)
     dist.all_reduce(tensor)
     return tensor.item() / env.world_size
+

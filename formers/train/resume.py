@@ -8,6 +8,11 @@ as saved; a changed one of those is refused with the list of differences. What m
   eval_every, eval_tokens, eval_batch_size, log_every, save_every, keep_checkpoints
                                 how it is watched and saved
   device, compile, data_dir     where it runs and finds its data (the same bytes)
+  distributed                   ddp or fsdp: how processes share the model (either checkpoint
+                                layout loads into either)
+  batch_size                    only to the rows per process that keep the run's streams on
+                                another number of processes (`formers.train.reshard`, which
+                                also derives it when left out)
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ RESUMABLE = frozenset(
         "device",
         "compile",
         "data_dir",
+        "distributed",
+        "batch_size",
     }
 )
 

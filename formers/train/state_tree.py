@@ -64,6 +64,26 @@ def map_tensors(fn: Callable[[Tensor], Tensor], obj: Any) -> Any:
     return obj
 
 
+def concat_rows(nests: list[Any]) -> Any:
+    """One nest from several of the same structure, each tensor concatenated along its first
+    dimension (the batch rows, as in `LayerState.reorder`); None stays None."""
+    first = nests[0]
+    if first is None:
+        return None
+    if isinstance(first, Tensor):
+        return torch.cat(nests, dim=0)
+    if isinstance(first, (list, tuple)):
+        return type(first)(concat_rows(list(parts)) for parts in zip(*nests, strict=True))
+    if isinstance(first, Mapping):
+        return {key: concat_rows([nest[key] for nest in nests]) for key in first}
+    return first
+
+
+def take_rows(nest: Any, start: int, stop: int) -> Any:
+    """`nest` with every tensor cut to rows [start, stop) of its first dimension."""
+    return map_tensors(lambda t: t[start:stop].clone(), nest)
+
+
 def unflatten_state(tensors: Mapping[str, Tensor], skeleton: Any) -> Any:
     """Rebuild the object `flatten_state` split into `tensors` and `skeleton`.
 

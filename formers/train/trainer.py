@@ -16,7 +16,7 @@ import json
 import shutil
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,19 @@ from tqdm import tqdm
 
 from formers.models import build
 from formers.train import distributed
-from formers.train.checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
+from formers.train.checkpoint import (
+    TrainState,
+    latest_checkpoint,
+    load_checkpoint,
+    read_train_state,
+    save_checkpoint,
+)
 from formers.train.config import RunConfig
+from formers.train.fsdp import autocast_for_sharded
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer
 from formers.train.precision import autocast_for
+from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.rng import seed_everything
 from formers.train.run_lock import RunLock
 from formers.train.schedule import lr_at
@@ -63,7 +71,7 @@ class Run:
     run_dir: Path
     env: distributed.Distributed
     task: Task
-    model: torch.nn.Module  # the plain model: what is saved and evaluated
+    model: torch.nn.Module  # the plain (or FSDP-sharded) model: what is saved and evaluated
     train_model: torch.nn.Module  # the same, wrapped for DDP / torch.compile: what is trained
     optimizer: torch.optim.Optimizer
     batches: Batches
@@ -88,7 +96,8 @@ def train(
     """Train `cfg.model` as `cfg.train` says, writing everything into `run_dir`.
 
     With `resume`, continue from the run's latest checkpoint exactly: the same batches, the
-    same random numbers and the same losses as a run that was never stopped.
+    same random numbers and the same losses as a run that was never stopped. On another number
+    of processes it continues the same streams with regrouped rows (`formers.train.reshard`).
 
     Args:
         cfg: the model and how to train it.
@@ -165,6 +174,9 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
     tc = cfg.train
     env = distributed.setup(tc.device)  # a missing device is refused here, before anything else
     seed_everything(tc.seed + env.rank)
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if checkpoint is not None:  # the saved streams, on however many processes resume them
+        cfg = keep_streams(cfg, read_train_state(checkpoint), env.world_size, env.is_main)
     task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
     cfg = task.cfg  # with what the data decides (the vocabulary)
     created = not run_dir.exists()
@@ -174,7 +186,7 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
         if env.is_main:
             lock = RunLock(run_dir)
             lock.acquire()
-        run = _restore(cfg, run_dir, resume, env, task)
+        run = _restore(cfg, run_dir, checkpoint, env, task)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -186,25 +198,34 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
 
 
 def _restore(
-    cfg: RunConfig, run_dir: Path, resume: bool, env: distributed.Distributed, task: Task
+    cfg: RunConfig,
+    run_dir: Path,
+    checkpoint: Path | None,
+    env: distributed.Distributed,
+    task: Task,
 ) -> Run:
-    """The model, optimizer and data, from the latest checkpoint when resuming."""
+    """The model, optimizer and data, from `checkpoint` when resuming."""
     tc = cfg.train
     model = build(cfg.model).to(env.device)
+    sharded = distributed.shards(env, tc.distributed)
+    if sharded:  # FSDP shards the model in place; the optimizer then holds the shards
+        model = distributed.wrap(model, env, tc.distributed, tc.precision)
     optimizer = make_optimizer(model, tc)
     batches = task.train_batches(env.rank, env.world_size)
     state, memory = TrainState(step=0), None
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
+    if checkpoint is not None:  # either layout, saved by any number of processes
         loaded = load_checkpoint(
             checkpoint, model=model, optimizer=optimizer, map_location=env.device
         )
         state, memory = loaded.state, loaded.memory
         batches.load_state_dict(state.data_state)
+        if not loaded.rng_restored:  # a process the saved run did not have
+            seed_everything(fresh_seed(tc.seed, env.rank, state.step))
     if env.is_main:  # the config the run trains with from now on (resumed: with its changes)
         (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
         task.save_files(run_dir)
-    train_model = distributed.wrap(model, env, tc.distributed)
+    train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
+    autocast = (autocast_for_sharded if sharded else autocast_for)(tc.precision, env.device)
     if tc.compile:
         train_model = torch.compile(train_model)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None
@@ -217,7 +238,7 @@ def _restore(
         train_model=train_model,
         optimizer=optimizer,
         batches=batches,
-        autocast=autocast_for(tc.precision, env.device),
+        autocast=autocast,
         state=state,
         memory=memory,
         log=log,
@@ -246,9 +267,8 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
     for micro in range(tc.grad_accum):
         batch = next(run.batches).to(env.device)
         last = micro == tc.grad_accum - 1
-        # DDP averages gradients on the last micro-batch only
-        sync = nullcontext() if last or not env.enabled else run.train_model.no_sync()
-        with sync, run.autocast:
+        # gradients are averaged over processes on the last micro-batch only
+        with distributed.micro_batch(run.train_model, env, last), run.autocast:
             out = run.task.step(run.train_model, batch, run.memory)
             loss = out.loss + tc.aux_loss_coef * out.aux_loss
             (loss / tc.grad_accum).backward()
@@ -258,7 +278,7 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
         for name, value in out.metrics.items():  # the model's diagnostics, over micro-batches
             run.metrics[name] = run.metrics.get(name, 0.0) + float(value) / tc.grad_accum
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
-    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
+    grad_norm = distributed.clip_grad_norm(run.model.parameters(), clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.state.step += 1
@@ -314,18 +334,18 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
 
 
 def save(run: Run) -> None:
-    """A checkpoint of everything the run needs to continue exactly (rank 0 writes it)."""
+    """A checkpoint of everything the run needs to continue exactly: every process writes its
+    own random state and memory rows (and, under FSDP, its shards); rank 0 the rest."""
     run.state.extra["train_seconds"] = run.seconds
-    if run.env.is_main:
-        save_checkpoint(
-            run.run_dir,
-            model=run.model,
-            optimizer=run.optimizer,
-            config=run.cfg.to_dict(),
-            state=run.state,
-            memory=run.memory,
-            keep=run.cfg.train.keep_checkpoints,
-        )
+    save_checkpoint(
+        run.run_dir,
+        model=run.model,
+        optimizer=run.optimizer,
+        config=run.cfg.to_dict(),
+        state=run.state,
+        memory=run.memory,
+        keep=run.cfg.train.keep_checkpoints,
+    )
 
 
 STOPPED = {

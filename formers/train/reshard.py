@@ -1,0 +1,65 @@
+"""A run resumed on another number of processes: the same streams, regrouped into rows.
+
+A language-model run reads B×W contiguous streams of its corpus (B rows on each of W
+processes; `StreamBatcher`), and what it learns depends on those streams, not on how many
+processes read them. So a resumed run keeps the number of streams and derives its rows per
+process: 2 processes × 2 rows resume as 1 process × 4 rows, and every stream continues where it
+stopped, with its memory rows (`checkpoint_ranks.regroup_memory`). The global batch, the
+learning-rate schedule and the tokens per step stay the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from formers.errors import FormersError
+from formers.train.checkpoint import TrainState
+from formers.train.config import RunConfig
+
+
+def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool) -> RunConfig:
+    """`cfg` with the per-process batch that keeps the saved run's streams on `world_size`
+    processes (a note on stderr when it changes and `tell`).
+
+    Raises:
+        FormersError: the streams cannot be shared evenly, or --train.batch_size asks for
+            another number of them.
+    """
+    data = saved.data_state
+    if "batch_size" not in data or "world_size" not in data:
+        return cfg  # a task whose batches are not streams
+    saved_rows, saved_world = data["batch_size"], data["world_size"]
+    streams = saved_rows * saved_world
+    if streams % world_size:
+        raise FormersError(
+            f"--resume: the run reads {streams} streams ({saved_world} processes x "
+            f"train.batch_size {saved_rows}), which {_processes(world_size)} cannot share "
+            f"evenly: resume on a number of processes that divides {streams}"
+        )
+    rows = streams // world_size
+    asked = cfg.train.batch_size
+    if asked not in (saved_rows, rows):
+        raise FormersError(
+            f"--resume on {_processes(world_size)} continues the run's {streams} streams with "
+            f"train.batch_size {rows} per process, not {asked}: leave --train.batch_size out"
+        )
+    if asked == rows:
+        return cfg
+    if tell:
+        print(
+            f"note: the run's {streams} streams continue on {_processes(world_size)} instead "
+            f"of {saved_world}: train.batch_size {asked} -> {rows} per process",
+            file=sys.stderr,
+        )
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=rows))
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
+
+
+def fresh_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of a process the saved run did not have (its random stream cannot be carried
+    over): its own, and not the one it would have drawn at step 0."""
+    return seed + rank + 1_000_003 * step
