@@ -254,3 +254,15 @@ def test_checkpoint_files_all_have_one_mode(trained):
     folder = trained / "checkpoints" / "step_000003"
     modes = {path.name: os.stat(path).st_mode & 0o777 for path in folder.iterdir()}
     assert len(set(modes.values())) == 1, modes
+
+
+def test_presets_lists_each_presets_whole_summary(capsys):
+    """A summary that wraps in its docstring is printed whole, not cut at its first line."""
+    from formers.cli import main
+    from formers.presets import PRESETS
+
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(PRESETS)
+    topk = next(line for line in lines if line.startswith("sparse-topk "))
+    assert topk.rstrip().endswith("keep their 8 best keys.")

@@ -12,8 +12,14 @@ def cmd_presets(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.presets import PRESETS
 
     for name, factory in PRESETS.items():
-        print(f"{name:22s} {(factory.__doc__ or '').strip().splitlines()[0]}")
+        print(f"{name:22s} {summary_of(factory.__doc__ or '')}")
     return 0
+
+
+def summary_of(docstring: str) -> str:
+    """The docstring's first paragraph on one line (a summary may wrap over several lines)."""
+    paragraph = docstring.strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in paragraph.splitlines())
 
 
 def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
