@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
 # The Multi30k runs of docs/translation.md: a 3+3-layer, d_model 256 Transformer trained for 60
-# minutes on this CPU per direction with the paper's recipe (Adam β2 0.98, ε 1e-9, linear warmup
-# then inverse square root, label smoothing 0.1, dropout 0.1), then test2016 BLEU with greedy
-# and beam search (K 4, α 0.6), from the last checkpoint and from the average of the last 5.
+# minutes (training steps only) per direction with the paper's recipe (Adam β2 0.98, ε 1e-9,
+# linear warmup then inverse square root, label smoothing 0.1, dropout 0.1), then test2016 BLEU
+# with greedy and beam search (K 4, α 0.6), from the last checkpoint and from the average of the
+# last 5.
 #
 #   scripts/multi30k.sh train de-en      # 60 min; runs/multi30k-de-en
 #   scripts/multi30k.sh eval de-en       # average + 4 evaluations: runs/*/test2016.beam*.json
 #   scripts/multi30k.sh table -          # the results table from both directions' runs
 #
-# FORMERS (default: formers) is the command to run; FORMERS_LOCK, if set, a lock file every
-# command waits for (a machine shared by several people).
+# FORMERS (default: formers) is the command to run; FORMERS_LOCK, if set, a lock file each
+# command waits for.
 set -euo pipefail
-# OpenMP threads that sleep instead of spinning while they wait: on a 2-core machine shared with
-# other processes, spinning threads make a small matmul 100x slower (5 ms instead of 0.04 ms
-# measured here while another process ran); passive waiting costs a big step next to nothing.
+# OpenMP threads that sleep instead of spinning while they wait, leaving the cores to the work.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 formers=(${FORMERS:-formers})
 run() { if [ -n "${FORMERS_LOCK:-}" ]; then flock "$FORMERS_LOCK" "${formers[@]}" "$@"; else "${formers[@]}" "$@"; fi; }
