@@ -179,3 +179,12 @@ def test_translate_refuses_a_language_model(tmp_path, capsys):
     assert formers(capsys, *args)[0] == 0
     code, _, err = formers(capsys, "translate", run, "--beam", "1")
     assert code == 2 and "use formers generate" in err
+    code, _, err = formers(capsys, "eval", run, "--beam", "2", "--source", text)
+    assert code == 2 and "holds a language model, which --beam, --source do not apply" in err
+
+
+def test_eval_of_a_translation_run_refuses_language_model_flags(trained, capsys):
+    run, _ = trained
+    code, _, err = formers(capsys, "eval", run, "--seq-len", "5", "--context-len", "2")
+    assert code == 2 and "--seq-len, --context-len do not apply" in err
+    assert err.count("\n") == 1

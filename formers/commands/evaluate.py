@@ -5,9 +5,26 @@ from __future__ import annotations
 import argparse
 import json
 
-from formers.commands.translate import cmd_eval_translation, is_translation_run
+from formers.commands.translate import (
+    TRANSLATION_EVAL_DEFAULTS,
+    cmd_eval_translation,
+    is_translation_run,
+)
 from formers.devices import resolve_device
 from formers.errors import FormersError
+
+# `formers eval`'s language-model flags and their defaults (given on a translation run: an error)
+LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
+
+
+def refuse_flags(args: argparse.Namespace, defaults: dict, run_kind: str) -> None:
+    """A flag of the other kind of run is an error, not silently ignored."""
+    given = [name for name, default in defaults.items() if getattr(args, name) != default]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise FormersError(
+            f"{args.run} holds {run_kind}, which {flags} do not apply to: leave them out"
+        )
 
 
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
@@ -16,15 +33,17 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.train.tasks import task_for
 
     if is_translation_run(args.run):
+        refuse_flags(args, LM_EVAL_DEFAULTS, "a translation model")
+        runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
         return cmd_eval_translation(args)
+    refuse_flags(args, TRANSLATION_EVAL_DEFAULTS, "a language model")
     device = resolve_device(args.device)  # before anything is loaded
     changes = runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
     run = load_run(args.run, device, runtime=changes, checkpoint=args.checkpoint)
     corpus = corpus_of(run, args.data_dir)
     if args.split not in corpus.splits:
         raise FormersError(
-            f"{corpus.name} has no split {args.split!r}: use --split "
-            f"{' or '.join(corpus.splits)}"
+            f"{corpus.name} has no split {args.split!r}: use --split {' or '.join(corpus.splits)}"
         )
     seq_len = args.seq_len or run.config.train.seq_len
     result = task_for(run.config, data=corpus).evaluate(

@@ -23,6 +23,17 @@ from formers.errors import FormersError
 
 DEFAULT_BEAM = 4  # Vaswani et al. §6.1
 DEFAULT_ALPHA = 0.6
+# `formers eval`'s translation flags and their defaults (given on a language model: an error)
+TRANSLATION_EVAL_DEFAULTS: dict[str, Any] = {
+    "beam": DEFAULT_BEAM,
+    "alpha": DEFAULT_ALPHA,
+    "max_len_b": 50,
+    "batch_tokens": 8192,
+    "precision": "fp32",
+    "hyps": None,
+    "source": None,
+    "reference": None,
+}
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:
@@ -41,13 +52,13 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-len-b",
         type=int,
-        default=50,
+        default=TRANSLATION_EVAL_DEFAULTS["max_len_b"],
         help="outputs stop at source length + this many tokens (default 50)",
     )
     group.add_argument(
         "--batch-tokens",
         type=int,
-        default=8192,
+        default=TRANSLATION_EVAL_DEFAULTS["batch_tokens"],
         help="sentences x beams x source length per batch (default 8192)",
     )
     group.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")

@@ -48,7 +48,7 @@ from formers.train.checkpoint_format import (
 )
 from formers.train.checkpoint_read import corrupt, mismatch, read_json
 from formers.train.checkpoint_write import write_json
-from formers.train.fsdp import is_sharded
+from formers.train.fsdp import is_sharded, sync_buffers
 from formers.train.state_tree import flatten_state, unflatten_state
 
 FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
@@ -58,6 +58,10 @@ def write_sharded(directory: Path, model: nn.Module, optimizer: Optimizer | None
     """Write the model's (and optimizer's) shards into `directory`: collective when the model
     is sharded (every process writes its own file), else this process writes whole tensors."""
     collective = is_sharded(model)
+    if collective:
+        # Buffers a module moves itself (k-means centroids) differ between processes until the
+        # next step copies rank 0's everywhere; DCP would keep any one process's copy.
+        sync_buffers(model)
     weights = without_aliases(get_model_state_dict(model), model)
     _save(weights, directory / SHARDED_MODEL_DIR, collective)
     if optimizer is None:

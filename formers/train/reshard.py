@@ -27,8 +27,16 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
             another number of them.
     """
     data = saved.data_state
-    if "batch_size" not in data or "world_size" not in data:
-        return cfg  # a task whose batches are not streams
+    if "world_size" not in data:
+        return cfg
+    if "batch_size" not in data:  # batches dealt out in turn (translation), not streams
+        if data["world_size"] != world_size:
+            raise FormersError(
+                f"--resume: this run deals its batches to {_processes(data['world_size'])} in "
+                f"turn and cannot continue them on {_processes(world_size)}: resume it on "
+                f"{data['world_size']} (torchrun --nproc_per_node={data['world_size']})"
+            )
+        return cfg
     saved_rows, saved_world = data["batch_size"], data["world_size"]
     streams = saved_rows * saved_world
     if streams % world_size:

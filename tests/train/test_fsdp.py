@@ -41,6 +41,9 @@ def model_args(preset: str, dropout: float = 0.0) -> list[str]:
     args += ["--model.n_heads", "4", "--model.d_ff", "63", "--model.dropout", str(dropout)]
     if preset == "transformer-xl":
         args += ["--model.attention.mem_len", "16"]
+    if preset == "routing":
+        args += ["--model.attention.n_clusters", "2", "--model.attention.window", "4"]
+        args += ["--model.attention.local_window", "4"]
     return args  # d_ff 63: shards of 32 and 31 rows
 
 
@@ -133,9 +136,16 @@ def weights_at_init(preset: str) -> dict[str, torch.Tensor]:
     return build(with_vocab(run_config(preset, overrides), 256).model).state_dict()
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", pytest.param("ddp", marks=pytest.mark.slow)])
-def test_a_resumed_two_process_run_logs_the_same_losses(strategy, corpus, tmp_path):
-    args = model_args("transformer-xl", dropout=0.1) + train_args(
+@pytest.mark.parametrize(
+    ("strategy", "preset"),
+    [
+        ("fsdp", "transformer-xl"),
+        pytest.param("ddp", "transformer-xl", marks=pytest.mark.slow),
+        ("fsdp", "routing"),  # k-means centroids: buffers each process moves on its own
+    ],
+)
+def test_a_resumed_two_process_run_logs_the_same_losses(strategy, preset, corpus, tmp_path):
+    args = model_args(preset, dropout=0.1) + train_args(
         corpus, batch_size=2, grad_accum=2, optimizer="adamw", lr=0.01, distributed=strategy
     )
     train(tmp_path / "straight", args, 2, max_steps=4)

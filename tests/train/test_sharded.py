@@ -431,3 +431,11 @@ def test_the_batch_size_follows_the_number_of_processes(capsys):
         keep_streams(xl_run_config(batch_size=3), saved, 1, tell=False)
     with pytest.raises(FormersError, match="batch_size 2 per process, not 4"):
         keep_streams(asked_four, saved, 2, tell=False)  # the same processes, other rows
+
+
+def test_batches_dealt_in_turn_resume_only_on_the_same_number_of_processes():
+    cfg = xl_run_config(batch_size=2)
+    saved = TrainState(3, data_state={"world_size": 2, "batches_done": 6, "max_tokens": 64})
+    assert keep_streams(cfg, saved, 2, tell=False) is cfg
+    with pytest.raises(FormersError, match=r"resume it on 2 \(torchrun --nproc_per_node=2\)"):
+        keep_streams(cfg, saved, 1, tell=False)
