@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from formers.layers.output import token_loss
 from formers.train.config import RunConfig
 
 
@@ -108,6 +109,14 @@ class Task(ABC):
     @abstractmethod
     def step(self, model: nn.Module, batch: Batch, memory: Any) -> StepOutput:
         """Forward one batch and compute its training loss; `memory` is the last step's."""
+
+    def scored(self, out: Any, targets: Tensor) -> StepOutput:
+        """A model output's training loss against `targets` (label smoothing, padding and -100
+        ignored) with its auxiliary loss, memory and diagnostics."""
+        loss = token_loss(
+            out.logits, targets, self.cfg.model.pad_id, self.cfg.train.label_smoothing
+        )
+        return StepOutput(loss, out.aux_loss, out.memory, out.metrics)
 
     @abstractmethod
     def evaluate(

@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from formers.data.batching import StreamBatcher
 from formers.data.corpora import Corpus, load_corpus
-from formers.layers.output import token_loss
 from formers.train.config import RunConfig, with_vocab
 from formers.train.evaluate import EvalResult, evaluate
 from formers.train.tasks.base import StepOutput, Task
@@ -87,9 +86,7 @@ class CausalLMTask(Task):
         if batch.restarted:
             memory = None  # a new stream: nothing of the old text may be carried into it
         out = model(batch.inputs, memory=memory)
-        tc, pad_id = self.cfg.train, self.cfg.model.pad_id
-        loss = token_loss(out.logits, batch.targets, pad_id, tc.label_smoothing)
-        return StepOutput(loss, out.aux_loss, out.memory, out.metrics)
+        return self.scored(out, batch.targets)
 
     def evaluate(
         self,

@@ -209,9 +209,7 @@ class MaskedLMTask(Task):
 
     def step(self, model: nn.Module, batch: MaskedBatch, memory: Any) -> StepOutput:
         out = model(batch.inputs)
-        tc, pad_id = self.cfg.train, self.cfg.model.pad_id
-        loss = token_loss(out.logits, batch.targets, pad_id, tc.label_smoothing)
-        return StepOutput(loss, out.aux_loss, None, out.metrics)
+        return self.scored(out, batch.targets)
 
     def evaluate(
         self,

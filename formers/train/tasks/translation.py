@@ -212,9 +212,7 @@ class TranslationTask(Task):
 
     def step(self, model: nn.Module, batch: TranslationBatch, memory: Any) -> StepOutput:
         out = model(batch.src, batch.tgt_in)  # (B, T, V); padding masks from pad_id
-        tc, pad_id = self.cfg.train, self.cfg.model.pad_id
-        loss = token_loss(out.logits, batch.tgt_out, pad_id, tc.label_smoothing)
-        return StepOutput(loss, out.aux_loss, None, out.metrics)
+        return self.scored(out, batch.tgt_out)
 
     def evaluate(
         self,
