@@ -168,10 +168,13 @@ class ModelConfig:
         max_len: longest sequence; sizes the learned position table.
         scale_embeddings: multiply token embeddings by sqrt(d_model) (Vaswani §3.4).
         embed_init_std: standard deviation of the token embeddings (and of an untied output
-            layer) at initialisation; None: 1 / d_model. With tied embeddings the logit of the
-            token a position reads is then ≈ 1 at the start, so a fresh model predicts nearly
-            uniformly (its first loss ≈ ln V). d_model**-0.5 (fairseq's, unit variance after
-            the √d_model scale) starts that logit at ≈ √d_model: a fresh model repeats its input.
+            layer) at initialisation; None: d_model**-0.5 (fairseq's; unit variance after the
+            √d_model scale).
+        scale_tied_output: with tied embeddings, multiply the hidden states by d_model**-0.5
+            before the output projection (Mesh TensorFlow and T5 do). The paper's projection
+            (False) gives a fresh model a logit of ≈ √d_model for the token each position reads,
+            so its first loss is far above ln V and it repeats its input; True starts at ln V,
+            but the logits then start small and learning is slower (docs/architecture.md).
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
@@ -203,6 +206,7 @@ class ModelConfig:
     max_len: int = 1024
     scale_embeddings: bool = True
     embed_init_std: float | None = None
+    scale_tied_output: bool = False
     tie_embeddings: bool = True
     pad_id: int | None = None
     attention: AttentionConfig = field(default_factory=AttentionConfig)
@@ -229,7 +233,7 @@ class ModelConfig:
             )
         if self.embed_init_std is not None and not self.embed_init_std > 0:
             raise ConfigError(
-                f"embed_init_std={self.embed_init_std} must be positive, or None for 1/d_model"
+                f"embed_init_std={self.embed_init_std} must be positive, or None for d_model**-0.5"
             )
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
@@ -349,7 +353,7 @@ class ModelConfig:
     @property
     def embedding_std(self) -> float:
         """The token embeddings' initial standard deviation (see `embed_init_std`)."""
-        return self.embed_init_std if self.embed_init_std is not None else 1.0 / self.d_model
+        return self.embed_init_std if self.embed_init_std is not None else self.d_model**-0.5
 
     @property
     def d_head(self) -> int:

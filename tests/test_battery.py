@@ -230,10 +230,10 @@ def test_a_resumed_run_logs_the_same_losses(name, tmp_path, corpus_file, monkeyp
 
 
 @pytest.mark.parametrize("name", PRESETS)
-def test_a_fresh_model_predicts_nearly_uniformly(name):
-    """The first loss of every preset at its own size is within 10% of ln V (bytes for the
-    language models): a fresh model has no reason to prefer any token."""
-    cfg = formers.PRESETS[name]()
+def test_scaled_tied_output_starts_a_fresh_model_nearly_uniform(name):
+    """With `scale_tied_output` the first loss of every preset at its own size is within 10% of
+    ln V (bytes for the language models): a fresh model has no reason to prefer any token."""
+    cfg = formers.presets.override(formers.PRESETS[name](), {"scale_tied_output": True})
     if cfg.arch != "encoder_decoder":
         cfg = formers.presets.override(cfg, {"vocab_size": 256})
     model = formers.build(cfg).eval()
@@ -247,10 +247,10 @@ def test_a_fresh_model_predicts_nearly_uniformly(name):
     assert abs(loss.item() / math.log(vocab) - 1) < 0.1
 
 
-def test_fairseqs_embedding_scale_is_still_available():
-    # d_model**-0.5 with the √d_model input scale and tied output: a fresh model's logit for the
-    # token it reads is ≈ √d_model, so it starts far above ln V and repeats its input
-    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256, embed_init_std=1 / 16)
+def test_the_papers_tied_output_starts_by_repeating_the_input():
+    # the default: d_model**-0.5 with the √d_model input scale and the tied output unscaled: a
+    # fresh model's logit for the token it reads is ≈ √d_model, so it starts far above ln V
+    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256)
     model = formers.build(cfg).eval()
     tokens = random_tokens(2, 65, 256)
     with torch.no_grad():

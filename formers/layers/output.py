@@ -69,11 +69,26 @@ def check_targets(targets: Tensor, tokens: Tensor, vocab_size: int) -> None:
         )
 
 
-def tied_output(embedding: nn.Embedding, tie: bool, std: float | None = None) -> nn.Linear:
-    """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4); else its
-    own, initialised with standard deviation `std` (default D^-1/2)."""
+class OutputProjection(nn.Linear):
+    """h -> (h · scale) Wᵀ without bias: the pre-softmax projection D -> V."""
+
+    def __init__(self, d_model: int, vocab_size: int, scale: float = 1.0):
+        super().__init__(d_model, vocab_size, bias=False)
+        self.scale = scale
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """(…, D) -> (…, V)."""
+        return super().forward(hidden * self.scale if self.scale != 1.0 else hidden)
+
+
+def tied_output(
+    embedding: nn.Embedding, tie: bool, std: float | None = None, scale: bool = False
+) -> nn.Linear:
+    """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4) and then
+    scaling its input by D^-1/2 when `scale`; else its own, initialised with standard deviation
+    `std` (default D^-1/2)."""
     vocab_size, d_model = embedding.weight.shape
-    head = nn.Linear(d_model, vocab_size, bias=False)
+    head = OutputProjection(d_model, vocab_size, d_model**-0.5 if tie and scale else 1.0)
     if tie:
         head.weight = embedding.weight
     else:
@@ -109,4 +124,4 @@ def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value
         )
-    return tied_output(embedding, cfg.tie_embeddings, cfg.embedding_std)
+    return tied_output(embedding, cfg.tie_embeddings, cfg.embedding_std, cfg.scale_tied_output)

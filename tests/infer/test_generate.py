@@ -15,9 +15,6 @@ V = 50
 
 
 def vanilla(**overrides) -> nn.Module:
-    # unit-variance embeddings (fairseq's scale): a random model then prefers some tokens, so
-    # greedy decoding wanders instead of repeating one near-uniform choice
-    overrides = {"embed_init_std": 32**-0.5, **overrides}
     return formers.build(tiny_config("vanilla", **overrides)).eval()
 
 
