@@ -31,7 +31,8 @@ def write_run(run: Path, final: bool, reports: bool) -> None:
         {"kind": "train", "step": 60, "tokens_per_s": 3500.0, "seconds": 180.0, "loss": 3.0},
     ]
     if final:
-        logs.append({"kind": "valid", "step": 60, "loss": 2.0, "bleu": 37.26, "final": True})
+        final_record = {"loss": 2.0, "bleu": 37.26, "seconds": 186.0, "final": True}
+        logs.append({"kind": "valid", "step": 63, **final_record})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in logs))
     if reports:
         average = run.with_name(run.name + "-avg5")
@@ -47,7 +48,7 @@ def test_finished_run_has_every_cell(table, tmp_path, capsys):
     table.main([str(tmp_path / "multi30k-de-en")])
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == (
-        "| de→en | — | 60 | 3.0 min | 3,250 | 2.000 / 37.3 | 36.1 / 60.0 | 36.4 / 60.0 "
+        "| de→en | — | 63 | 3.1 min | 3,250 | 2.000 / 37.3 | 36.1 / 60.0 | 36.4 / 60.0 "
         "| 38.1 / 60.0 | 38.4 / 60.0 |"
     )
     assert "BLEU: nrefs:1|tok:13a" in lines[-2] and "chrF: nrefs:1|nc:6" in lines[-1]

@@ -2,10 +2,10 @@
 
     python scripts/experiments/multi30k_table.py runs/multi30k-de-en runs/multi30k-en-de
 
-Per run: parameters, steps, training time, median target tokens/s, the trainer's final valid
-loss and greedy BLEU (bf16), then test2016 sacreBLEU and chrF (fp32) with greedy search and beam
-4, from the last checkpoint and from the average of the last 5 (`RUN-avg5`), read from the
-`test2016.beam{1,4}.json` reports that `formers eval` printed.
+Per run: parameters, the last step and the training time, median target tokens/s, the
+trainer's final valid loss and greedy BLEU (bf16), then test2016 sacreBLEU and chrF (fp32) with
+greedy search and beam 4, from the last checkpoint and from the average of the last 5
+(`RUN-avg5`), read from the `test2016.beam{1,4}.json` reports that `formers eval` printed.
 
 A run still training, or one that ended without its final validation, shows its last validation
 with the step it was taken at; whatever is absent (the run folder, its log, an evaluation report)
@@ -73,10 +73,13 @@ def row(run: Path) -> str:
         ABSENT if count is None else f"{count / 1e6:.1f}M",
     ]
     if train:
+        # the last step and training time: the final validation's when the run has one (it
+        # comes after the last train record, which is written every `log_every` steps)
+        last = max((r for r in logs if "seconds" in r), key=lambda r: (r["step"], r["seconds"]))
         rates = [r["tokens_per_s"] for r in (train[1:] or train)]
         cells += [
-            f"{train[-1]['step']:,}",
-            f"{train[-1]['seconds'] / 60:.1f} min",
+            f"{last['step']:,}",
+            f"{last['seconds'] / 60:.1f} min",
             f"{statistics.median(rates):,.0f}",
         ]
     else:
