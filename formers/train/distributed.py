@@ -55,8 +55,10 @@ def setup(device: str = "auto") -> Distributed:
 
 
 def teardown() -> None:
-    """Leave the process group, if any."""
+    """Leave the process group, if any, once every process is done with it: a process that
+    destroys its group while a peer still has gloo work in flight can abort the peer."""
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

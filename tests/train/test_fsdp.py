@@ -119,7 +119,7 @@ def test_an_fsdp_step_equals_the_single_process_step(preset, step_runs):
     for name in one:
         torch.testing.assert_close(two[name], one[name], atol=2e-6, rtol=1e-5)
     start = weights_at_init(preset)  # the steps moved the weights well beyond that tolerance
-    assert max((one[k] - start[k]).abs().max().item() for k in one) > 1e-2
+    assert max((one[k] - start[k]).abs().max().item() for k in one) > 1e-3
     logged_one, logged_two = losses(one_dir), losses(two_dir)
     assert [t for _, _, t in logged_two] == [t for _, _, t in logged_one] == [128, 256]
     for (_, a, _), (_, b, _) in zip(logged_one, logged_two, strict=True):
