@@ -231,6 +231,11 @@ class ModelConfig:
                 f"{self.n_heads * max(1, round(self.d_model / self.n_heads))}) "
                 "or n_heads as a divisor of d_model"
             )
+        if self.scale_tied_output and (not self.tie_embeddings or self.adaptive_cutoffs):
+            raise ConfigError(
+                "scale_tied_output scales the tied output projection, and this model has none "
+                "(tie_embeddings is false or adaptive_cutoffs is set): leave it false"
+            )
         if self.embed_init_std is not None and not self.embed_init_std > 0:
             raise ConfigError(
                 f"embed_init_std={self.embed_init_std} must be positive, or None for d_model**-0.5"

@@ -266,3 +266,11 @@ def test_presets_lists_each_presets_whole_summary(capsys):
     assert len(lines) == len(PRESETS)
     topk = next(line for line in lines if line.startswith("sparse-topk "))
     assert topk.rstrip().endswith("keep their 8 best keys.")
+
+
+def test_scale_tied_output_without_a_tied_output_is_refused():
+    import formers
+    from formers.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="scale_tied_output scales the tied output projection"):
+        formers.config("vanilla", scale_tied_output=True, tie_embeddings=False)

@@ -40,26 +40,26 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     """--beam, --alpha, --max-len-b, --batch-tokens and --precision."""
     group = parser.add_argument_group("translation search (encoder-decoder runs)")
     group.add_argument(
-        "--beam", type=int, default=DEFAULT_BEAM, help="beam size K; 1 is greedy search (default 4)"
+        "--beam", type=int, default=DEFAULT_BEAM, help="beam size K; 1 is greedy search"
     )
     group.add_argument(
         "--alpha",
         "--length-penalty",
         type=float,
         default=DEFAULT_ALPHA,
-        help="length penalty exponent α of ((5 + |y|) / 6)^α (default 0.6)",
+        help="length penalty exponent α of ((5 + |y|) / 6)^α",
     )
     group.add_argument(
         "--max-len-b",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["max_len_b"],
-        help="outputs stop at source length + this many tokens (default 50)",
+        help="outputs stop at source length + this many tokens",
     )
     group.add_argument(
         "--batch-tokens",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["batch_tokens"],
-        help="sentences x beams x source length per batch (default 8192)",
+        help="sentences x beams x source length per batch",
     )
     group.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
 
@@ -212,6 +212,7 @@ def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
         help="translate text with a trained translation run",
         description="Translate INPUT (default stdin), one sentence a line, to stdout, with beam "
         "search (K 4, length penalty 0.6, as Vaswani et al. 2017 §6.1) by default.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run", help="run folder of a translation model")
     p.add_argument("input", nargs="?", help="text file, one sentence a line (default stdin)")
@@ -226,8 +227,9 @@ def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
         description="Average the weights of the newest --last checkpoints of RUN (Vaswani et "
         "al. 2017 §6.1 average the last 5) and write them as a run folder that formers eval and "
         "formers translate read (default RUN-avgN).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run", help="run folder")
-    p.add_argument("--last", type=int, default=5, help="how many checkpoints (default 5)")
-    p.add_argument("--out", help="the new run folder (default RUN-avgN)")
+    p.add_argument("--last", type=int, default=5, help="how many checkpoints")
+    p.add_argument("--out", help="the new run folder (RUN-avgN if not given)")
     p.set_defaults(func=cmd_average)

@@ -118,7 +118,9 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     """Step until max_steps, the time budget or a signal; then save and evaluate the whole
     valid split."""
     tc = run.cfg.train
-    if run.state.step >= tc.max_steps and is_finished(run.run_dir):
+    # rank 0 reads the log and decides for all (another rank could read it half rewritten)
+    done = run.state.step >= tc.max_steps and run.env.is_main and is_finished(run.run_dir)
+    if run.state.step >= tc.max_steps and any_rank(done, run.env):
         finish(run, "finished")
         return TrainResult(run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, None,
                            False, "finished")  # fmt: skip
