@@ -29,7 +29,7 @@ A peer that is not installed is skipped (`pip install -e '.[peers]'`); one that 
 marked failed. JSON (--json), a table on stdout, and a PNG of time and memory against n (--png).
 
     python benchmarks/longformer_attention.py layers --threads 2 \\
-        --lengths 1024 2048 4096 8192 16384 32768 --repeats 3 \\
+        --lengths 1024 2048 4096 8192 16384 --repeats 3 \\
         --json benchmarks/results/longformer_layers.json --png docs/images/longformer_layers.png
     python benchmarks/longformer_attention.py kernels --threads 2 \\
         --lengths 1024 2048 4096 8192 16384 32768 --repeats 3 \\
