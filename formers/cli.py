@@ -14,7 +14,7 @@ from formers.bench.compare_cli import add_compare_parser
 from formers.commands.config import cmd_config, cmd_presets
 from formers.commands.convert import cmd_convert
 from formers.commands.data import cmd_data
-from formers.commands.evaluate import cmd_eval
+from formers.commands.evaluate import LM_EVAL_DEFAULTS, cmd_eval
 from formers.commands.generate import cmd_generate
 from formers.commands.train import cmd_train
 from formers.commands.translate import add_translate_parsers, add_translation_eval_flags
@@ -66,8 +66,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens scored per window, or per segment of a model with memory (default: "
         "training's)",
     )
-    p.add_argument("--context-len", type=int, default=0, help="extra left context per window")
-    p.add_argument("--batch-size", type=int, default=16, help="windows or streams per pass")
+    p.add_argument(
+        "--context-len",
+        type=int,
+        default=LM_EVAL_DEFAULTS["context_len"],
+        help="extra left context per window",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=LM_EVAL_DEFAULTS["batch_size"],
+        help="windows or streams per pass",
+    )
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
     p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
     add_runtime_flags(p)

@@ -61,7 +61,9 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         default=TRANSLATION_EVAL_DEFAULTS["batch_tokens"],
         help="sentences x beams x source length per batch",
     )
-    group.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    group.add_argument(
+        "--precision", choices=["fp32", "bf16"], default=TRANSLATION_EVAL_DEFAULTS["precision"]
+    )
 
 
 def add_translation_eval_flags(parser: argparse.ArgumentParser) -> None:
