@@ -166,15 +166,19 @@ class ModelConfig:
         position: "sinusoidal", "learned" or "none" (relative variants encode positions inside
             attention).
         max_len: longest sequence; sizes the learned position table.
-        scale_embeddings: multiply token embeddings by sqrt(d_model) (Vaswani §3.4).
-        embed_init_std: standard deviation of the token embeddings (and of an untied output
-            layer) at initialisation; None: d_model**-0.5 (fairseq's; unit variance after the
-            √d_model scale).
+        embed_init_std: standard deviation of the token embeddings at initialisation; None:
+            4 / d_model. With the tied output a fresh model gives the token each position reads
+            a logit of up to about embed_init_std · d_model: ≈ √d_model with the paper's
+            d_model**-0.5 (fairseq's), so the first loss is far above ln V and samples repeat
+            their input; at most about 4 with the default, whatever the width, which starts
+            within 10% of ln V (docs/architecture.md, "Initialisation"). An untied output layer
+            starts at this deviation too, or at d_model**-0.5 with None.
+        embed_scale: what token embeddings are multiplied by on the way in; None: 1 /
+            embedding_std, so the input has unit variance (the paper's √d_model, §3.4, with the
+            paper's deviation).
         scale_tied_output: with tied embeddings, multiply the hidden states by d_model**-0.5
-            before the output projection (Mesh TensorFlow and T5 do). The paper's projection
-            (False) gives a fresh model a logit of ≈ √d_model for the token each position reads,
-            so its first loss is far above ln V and it repeats its input; True starts at ln V,
-            but the logits then start small and learning is slower (docs/architecture.md).
+            before the output projection (Mesh TensorFlow and T5 do): another way to start near
+            ln V, measured slower to learn (docs/architecture.md).
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
@@ -204,8 +208,8 @@ class ModelConfig:
     norm_eps: float = 1e-5
     position: str = "sinusoidal"
     max_len: int = 1024
-    scale_embeddings: bool = True
     embed_init_std: float | None = None
+    embed_scale: float | None = None
     scale_tied_output: bool = False
     tie_embeddings: bool = True
     pad_id: int | None = None
@@ -238,7 +242,11 @@ class ModelConfig:
             )
         if self.embed_init_std is not None and not self.embed_init_std > 0:
             raise ConfigError(
-                f"embed_init_std={self.embed_init_std} must be positive, or None for d_model**-0.5"
+                f"embed_init_std={self.embed_init_std} must be positive, or None for 4 / d_model"
+            )
+        if self.embed_scale is not None and not self.embed_scale > 0:
+            raise ConfigError(
+                f"embed_scale={self.embed_scale} must be positive, or None for 1 / embed_init_std"
             )
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
@@ -358,7 +366,14 @@ class ModelConfig:
     @property
     def embedding_std(self) -> float:
         """The token embeddings' initial standard deviation (see `embed_init_std`)."""
-        return self.embed_init_std if self.embed_init_std is not None else self.d_model**-0.5
+        if self.embed_init_std is not None:
+            return self.embed_init_std
+        return 4.0 / self.d_model
+
+    @property
+    def embedding_scale(self) -> float:
+        """What token embeddings are multiplied by on the way in (see `embed_scale`)."""
+        return self.embed_scale if self.embed_scale is not None else 1.0 / self.embedding_std
 
     @property
     def d_head(self) -> int:

@@ -12,7 +12,6 @@ to the same contract, so a new variant gets these tests by registering.
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 
@@ -227,36 +226,6 @@ def test_a_resumed_run_logs_the_same_losses(name, tmp_path, corpus_file, monkeyp
         return [(r["step"], r["loss"]) for r in read_metrics(tmp_path / run, "train")]
 
     assert losses("resumed") == losses("straight") and len(losses("straight")) == 6
-
-
-@pytest.mark.parametrize("name", PRESETS)
-def test_scaled_tied_output_starts_a_fresh_model_nearly_uniform(name):
-    """With `scale_tied_output` the first loss of every preset at its own size is within 10% of
-    ln V (bytes for the language models): a fresh model has no reason to prefer any token."""
-    cfg = formers.presets.override(formers.PRESETS[name](), {"scale_tied_output": True})
-    if cfg.arch != "encoder_decoder":
-        cfg = formers.presets.override(cfg, {"vocab_size": 256})
-    model = formers.build(cfg).eval()
-    vocab = cfg.target_vocab_size
-    tokens = random_tokens(2, 65, vocab)
-    with torch.no_grad():
-        if cfg.arch == "encoder_decoder":
-            loss = model(tokens[:, :40], tokens[:, :-1], targets=tokens[:, 1:]).loss
-        else:
-            loss = model(tokens[:, :-1], targets=tokens[:, 1:]).loss
-    assert abs(loss.item() / math.log(vocab) - 1) < 0.1
-
-
-def test_the_papers_tied_output_starts_by_repeating_the_input():
-    # the default: d_model**-0.5 with the √d_model input scale and the tied output unscaled: a
-    # fresh model's logit for the token it reads is ≈ √d_model, so it starts far above ln V
-    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256)
-    model = formers.build(cfg).eval()
-    tokens = random_tokens(2, 65, 256)
-    with torch.no_grad():
-        out = model(tokens[:, :-1], targets=tokens[:, 1:])
-    assert out.loss.item() > 1.5 * math.log(256)
-    assert (out.logits.argmax(-1) == tokens[:, :-1]).float().mean() > 0.9
 
 
 @pytest.mark.parametrize(("name", "cfg"), DECODERS, ids=DECODER_IDS)

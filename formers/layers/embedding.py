@@ -5,8 +5,6 @@ Shapes: B batch, T length, D model width, V vocabulary.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -57,7 +55,9 @@ def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
 
 
 class InputEmbedding(nn.Module):
-    """Dropout(E[token] · √D + PE[position]), Vaswani §3.4 and §5.4."""
+    """Dropout(E[token] · s + PE[position]), Vaswani §3.4 and §5.4, with s = 1 / the table's
+    initial standard deviation (`ModelConfig.embedding_scale`): unit-variance input, which is the
+    paper's s = √D when the table starts at D^-1/2."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
         super().__init__()
@@ -65,7 +65,7 @@ class InputEmbedding(nn.Module):
             token = TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
         self.token = token
         self.position = build_position(cfg)
-        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        self.scale = cfg.embedding_scale
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:

@@ -124,4 +124,4 @@ def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value
         )
-    return tied_output(embedding, cfg.tie_embeddings, cfg.embedding_std, cfg.scale_tied_output)
+    return tied_output(embedding, cfg.tie_embeddings, cfg.embed_init_std, cfg.scale_tied_output)

@@ -95,7 +95,8 @@ def sinusoids(length: int, d_model: int) -> torch.Tensor:
 @pytest.mark.parametrize("path", ["fused", "explicit"])
 @pytest.mark.parametrize("padded", [False, True])
 def test_whole_model_logits_equal_torch_transformer(path, padded, monkeypatch):
-    """Embeddings (√d_model scale, sinusoids), both stacks and the tied output layer (§3.4)."""
+    """Embeddings (√d_model scale, sinusoids), both stacks and the tied output layer (§3.4), with
+    the paper's initialisation (table at d_model**-0.5, so the scale is √d_model)."""
     monkeypatch.setattr(torch.backends.mha, "get_fastpath_enabled", lambda: False)
     calls = {"fused": 0}
     fused = attention_module.MultiHeadAttention.fused_attention
@@ -107,7 +108,8 @@ def test_whole_model_logits_equal_torch_transformer(path, padded, monkeypatch):
     monkeypatch.setattr(attention_module.MultiHeadAttention, "fused_attention", counting)
     if path == "explicit":  # the two-matmul path with the scores and weights hooks
         monkeypatch.setattr(attention_module, "fused_kernel_is_faster", lambda q, k: False)
-    cfg = tiny_config("transformer", n_layers=2, n_encoder_layers=3, d_model=24, n_heads=4)
+    sizes = dict(n_layers=2, n_encoder_layers=3, d_model=24, n_heads=4)
+    cfg = tiny_config("transformer", embed_init_std=24**-0.5, **sizes)
     ours = formers.build(cfg).double().eval()
     ref = torch.nn.Transformer(
         d_model=24, nhead=4, num_encoder_layers=3, num_decoder_layers=2,

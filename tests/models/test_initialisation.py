@@ -1,0 +1,107 @@
+"""How a fresh model starts (ModelConfig.embed_init_std, embed_scale, scale_tied_output).
+
+With the output projection tied to the embeddings, a position's hidden state starts close to its
+own token's embedding, so the logit of the token it reads starts at up to about
+embed_init_std · d_model: ≈ √d_model with the paper's d_model**-0.5, 4 with the default
+(4 / d_model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import random_tokens
+
+import formers
+from formers.config import ModelConfig
+from formers.layers.embedding import InputEmbedding
+from formers.presets import PRESETS
+
+
+def first_loss(cfg: ModelConfig) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """(loss / ln V, logits, inputs) of a fresh model on random tokens."""
+    torch.manual_seed(0)
+    model = formers.build(cfg).eval()
+    tokens = random_tokens(2, 65, cfg.target_vocab_size)
+    with torch.no_grad():
+        if cfg.arch == "encoder_decoder":
+            out = model(tokens[:, :40], tokens[:, :-1], targets=tokens[:, 1:])
+        else:
+            out = model(tokens[:, :-1], targets=tokens[:, 1:])
+    return out.loss.item() / math.log(cfg.target_vocab_size), out.logits, tokens[:, :-1]
+
+
+@pytest.mark.parametrize("start", ["default", "scale_tied_output"])
+@pytest.mark.parametrize("name", PRESETS)
+def test_a_fresh_model_of_every_preset_starts_nearly_uniform(name, start):
+    """The first loss of every preset at its own size is within 10% of ln V (bytes for the
+    language models): a fresh model has no reason to prefer any token."""
+    cfg = PRESETS[name]()
+    if cfg.arch != "encoder_decoder":
+        cfg = formers.presets.override(cfg, {"vocab_size": 256})
+    if start == "scale_tied_output":
+        cfg = formers.presets.override(cfg, {"scale_tied_output": True})
+    ratio, _, _ = first_loss(cfg)
+    assert abs(ratio - 1) < 0.1
+
+
+def test_the_papers_initialisation_starts_by_repeating_the_input():
+    # embeddings at d_model**-0.5, input × √d_model, the tied output unscaled: a fresh model's
+    # logit for the token it reads is ≈ √d_model, so it starts far above ln V
+    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256, embed_init_std=1 / 16)
+    assert cfg.embedding_scale == 16.0
+    ratio, logits, inputs = first_loss(cfg)
+    assert ratio > 1.5
+    assert (logits.argmax(-1) == inputs).float().mean() > 0.9
+
+
+@pytest.mark.parametrize(
+    ("overrides", "std", "scale"),
+    [
+        ({}, 4 / 256, 256 / 4),
+        ({"embed_init_std": 256**-0.5}, 256**-0.5, 256**0.5),
+        ({"embed_init_std": 0.01, "embed_scale": 3.0}, 0.01, 3.0),
+    ],
+)
+def test_token_embeddings_start_at_the_configured_deviation_and_scale(overrides, std, scale):
+    cfg = formers.config(
+        "vanilla",
+        d_model=256,
+        n_heads=4,
+        position="none",
+        dropout=0.0,
+        vocab_size=4096,
+        **overrides,
+    )
+    assert cfg.embedding_std == pytest.approx(std) and cfg.embedding_scale == pytest.approx(scale)
+    torch.manual_seed(0)
+    embed = InputEmbedding(cfg, cfg.vocab_size)
+    assert embed.token.weight.std().item() == pytest.approx(std, rel=0.02)
+    x = embed(torch.arange(cfg.vocab_size)[None])
+    assert x.std().item() == pytest.approx(std * scale, rel=0.02)  # 1: unit variance by default
+
+
+def test_an_untied_output_layer_keeps_its_own_deviation():
+    cfg = formers.config("vanilla", d_model=256, n_heads=4, tie_embeddings=False)
+    torch.manual_seed(0)
+    model = formers.build(cfg)
+    assert model.lm_head.weight.std().item() == pytest.approx(256**-0.5, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    ("saved", "std", "scale"),
+    [
+        ({"scale_embeddings": True, "embed_init_std": None}, 256**-0.5, 256**0.5),
+        ({"scale_embeddings": True, "embed_init_std": 1 / 256}, 1 / 256, 256**0.5),
+        ({"scale_embeddings": False, "embed_init_std": None}, 256**-0.5, 1.0),
+    ],
+)
+def test_configs_saved_before_embed_scale_keep_their_input_scale(saved, std, scale):
+    # a trained model's weights only fit the multiplier it was trained with
+    data = formers.config("vanilla", d_model=256, n_heads=4).to_dict()
+    del data["embed_scale"]
+    data.update(saved)
+    cfg = formers.config_from_dict(data)
+    assert cfg.embedding_std == pytest.approx(std) and cfg.embedding_scale == pytest.approx(scale)
+    assert formers.config_from_dict(cfg.to_dict()) == cfg
