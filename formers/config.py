@@ -25,6 +25,9 @@ Arch = Literal["decoder", "encoder_decoder", "encoder"]
 ARCHS: tuple[str, ...] = ("decoder", "encoder_decoder", "encoder")
 Stack = Literal["decoder", "encoder"]
 NORMS: tuple[str, ...] = ("post", "pre")
+# The token embeddings' initial standard deviation, by name: 4 / d_model, or the paper's
+# d_model**-0.5 (see ModelConfig.embed_init).
+EMBED_INITS: tuple[str, ...] = ("small", "paper")
 ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "squared_relu")
 POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
 
@@ -166,16 +169,17 @@ class ModelConfig:
         position: "sinusoidal", "learned" or "none" (relative variants encode positions inside
             attention).
         max_len: longest sequence; sizes the learned position table.
-        embed_init_std: standard deviation of the token embeddings at initialisation; None:
-            4 / d_model. With the tied output a fresh model gives the token each position reads
-            a logit of up to about embed_init_std · d_model: ≈ √d_model with the paper's
-            d_model**-0.5 (fairseq's), so the first loss is far above ln V and samples repeat
-            their input; at most about 4 with the default, whatever the width, which starts
-            within 10% of ln V (docs/architecture.md, "Initialisation"). An untied output layer
-            starts at this deviation too, or at d_model**-0.5 with None.
-        embed_scale: what token embeddings are multiplied by on the way in; None: 1 /
-            embedding_std, so the input has unit variance (the paper's √d_model, §3.4, with the
-            paper's deviation).
+        embed_init: how the token embeddings start: "small", standard deviation 4 / d_model, or
+            "paper", d_model**-0.5 (fairseq's). With the tied output a fresh model gives the
+            token each position reads a logit of up to about std · d_model: ≈ √d_model with
+            "paper", so the first loss is far above ln V and samples repeat their input; at most
+            about 4 with "small", whatever the width, which starts within 10% of ln V
+            (docs/architecture.md, "Initialisation").
+        embed_init_std: a standard deviation for the token embeddings instead of `embed_init`'s
+            (and for an untied output layer, else d_model**-0.5).
+        embed_scale: what token embeddings are multiplied by on the way in; None: 1 / their
+            initial standard deviation, so the input has unit variance (the paper's √d_model,
+            §3.4, with "paper").
         scale_tied_output: with tied embeddings, multiply the hidden states by d_model**-0.5
             before the output projection (Mesh TensorFlow and T5 do): another way to start near
             ln V, measured slower to learn (docs/architecture.md).
@@ -208,6 +212,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     position: str = "sinusoidal"
     max_len: int = 1024
+    embed_init: str = "small"
     embed_init_std: float | None = None
     embed_scale: float | None = None
     scale_tied_output: bool = False
@@ -242,17 +247,19 @@ class ModelConfig:
             )
         if self.embed_init_std is not None and not self.embed_init_std > 0:
             raise ConfigError(
-                f"embed_init_std={self.embed_init_std} must be positive, or None for 4 / d_model"
+                f"embed_init_std={self.embed_init_std} must be positive, or None for embed_init's"
             )
         if self.embed_scale is not None and not self.embed_scale > 0:
             raise ConfigError(
-                f"embed_scale={self.embed_scale} must be positive, or None for 1 / embed_init_std"
+                f"embed_scale={self.embed_scale} must be positive, or None for 1 / the "
+                "embeddings' initial standard deviation"
             )
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name}={value} must be in [0, 1)")
         _check_choice("norm", self.norm, NORMS)
+        _check_choice("embed_init", self.embed_init, EMBED_INITS)
         _check_choice("position", self.position, POSITIONS)
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(
@@ -368,7 +375,7 @@ class ModelConfig:
         """The token embeddings' initial standard deviation (see `embed_init_std`)."""
         if self.embed_init_std is not None:
             return self.embed_init_std
-        return 4.0 / self.d_model
+        return 4.0 / self.d_model if self.embed_init == "small" else self.d_model**-0.5
 
     @property
     def embedding_scale(self) -> float:

@@ -159,14 +159,13 @@ def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
 
 def _moved_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """Saved configs from before the adaptive softmax became a model option (it was XL's), and
-    from before `embed_scale`, whose models multiplied embeddings by √d_model (or by 1 with
-    `scale_embeddings` false) and started them at d_model**-0.5 when `embed_init_std` was None."""
+    from before `embed_init`, whose models started their embeddings at d_model**-0.5 and
+    multiplied them by √d_model (by 1 with `scale_embeddings` false)."""
     data = dict(data)
     if "scale_embeddings" in data:
         d_model = float(data.get("d_model", ModelConfig.d_model))
         data["embed_scale"] = d_model**0.5 if data.pop("scale_embeddings") else 1.0
-        if data.get("embed_init_std") is None:
-            data["embed_init_std"] = d_model**-0.5
+        data["embed_init"] = "paper"
     attention = data.get("attention")
     if isinstance(attention, Mapping):
         attention = dict(attention)

@@ -1,9 +1,10 @@
-"""How a fresh model starts (ModelConfig.embed_init_std, embed_scale, scale_tied_output).
+"""How a fresh model starts (ModelConfig.embed_init, embed_init_std, embed_scale,
+scale_tied_output).
 
 With the output projection tied to the embeddings, a position's hidden state starts close to its
 own token's embedding, so the logit of the token it reads starts at up to about
 embed_init_std · d_model: ≈ √d_model with the paper's d_model**-0.5, 4 with the default
-(4 / d_model)."""
+("small": 4 / d_model)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_a_fresh_model_of_every_preset_starts_nearly_uniform(name, start):
 def test_the_papers_initialisation_starts_by_repeating_the_input():
     # embeddings at d_model**-0.5, input × √d_model, the tied output unscaled: a fresh model's
     # logit for the token it reads is ≈ √d_model, so it starts far above ln V
-    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256, embed_init_std=1 / 16)
+    cfg = formers.config("vanilla", d_model=256, n_heads=4, vocab_size=256, embed_init="paper")
     assert cfg.embedding_scale == 16.0
     ratio, logits, inputs = first_loss(cfg)
     assert ratio > 1.5
@@ -60,7 +61,8 @@ def test_the_papers_initialisation_starts_by_repeating_the_input():
     ("overrides", "std", "scale"),
     [
         ({}, 4 / 256, 256 / 4),
-        ({"embed_init_std": 256**-0.5}, 256**-0.5, 256**0.5),
+        ({"embed_init": "paper"}, 256**-0.5, 256**0.5),
+        ({"embed_init_std": 0.02}, 0.02, 50.0),
         ({"embed_init_std": 0.01, "embed_scale": 3.0}, 0.01, 3.0),
     ],
 )

@@ -26,9 +26,7 @@ def test_learned_positions_reject_long_sequences():
         position(10, offset=7)
 
 
-@pytest.mark.parametrize(
-    ("overrides", "scale"), [({}, 32 / 4), ({"embed_init_std": 32**-0.5}, 32**0.5)]
-)
+@pytest.mark.parametrize(("overrides", "scale"), [({}, 32 / 4), ({"embed_init": "paper"}, 32**0.5)])
 def test_embedding_is_scaled_to_unit_variance(overrides, scale):
     # the paper's √d_model (§3.4) with its table at d_model**-0.5; d_model / 4 with the default
     from helpers import tiny_config

@@ -109,7 +109,7 @@ def test_whole_model_logits_equal_torch_transformer(path, padded, monkeypatch):
     if path == "explicit":  # the two-matmul path with the scores and weights hooks
         monkeypatch.setattr(attention_module, "fused_kernel_is_faster", lambda q, k: False)
     sizes = dict(n_layers=2, n_encoder_layers=3, d_model=24, n_heads=4)
-    cfg = tiny_config("transformer", embed_init_std=24**-0.5, **sizes)
+    cfg = tiny_config("transformer", embed_init="paper", **sizes)
     ours = formers.build(cfg).double().eval()
     ref = torch.nn.Transformer(
         d_model=24, nhead=4, num_encoder_layers=3, num_decoder_layers=2,
