@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -164,8 +165,11 @@ def _moved_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     data = dict(data)
     if "scale_embeddings" in data:
         d_model = float(data.get("d_model", ModelConfig.d_model))
-        data["embed_scale"] = d_model**0.5 if data.pop("scale_embeddings") else 1.0
+        scale = d_model**0.5 if data.pop("scale_embeddings") else 1.0
         data["embed_init"] = "paper"
+        std = data.get("embed_init_std") or d_model**-0.5
+        if not math.isclose(scale, 1.0 / std, rel_tol=1e-12):
+            data["embed_scale"] = scale
     attention = data.get("attention")
     if isinstance(attention, Mapping):
         attention = dict(attention)

@@ -29,6 +29,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from experiment_runs import add_common_overrides
+
 from formers.bench.run_metrics import final_valid, is_complete, tokens_per_second
 from formers.data.corpora import load_corpus
 from formers.registry import ATTENTION
@@ -58,6 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--valid-bytes", type=int, default=65536, help="valid prefix scored")
     p.add_argument("--precision", default="fp32")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument(
+        "--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+        help="another run setting, e.g. model.embed_init=paper (repeatable)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -98,6 +104,7 @@ def config_of(args: argparse.Namespace, spec: dict[str, Any], context: int, seed
     }
     if spec["attention"] is not None:
         overrides["model.attention"] = spec["attention"]
+    add_common_overrides(overrides, None, args.extra)
     return run_config(spec["preset"], overrides)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from experiment_runs import add_common_overrides
 
 from formers.bench.plots import line_plot
 from formers.bench.run_metrics import final_valid, is_complete, tokens_per_second, valid_curve
@@ -51,11 +52,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-tokens", type=int, default=50_000)
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=Path("runs/precision"))
+    p.add_argument(
+        "--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+        help="another run setting, e.g. model.embed_init=paper (repeatable)",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
 def overrides(args: argparse.Namespace, precision: str, seed: int) -> dict[str, Any]:
-    return {
+    values: dict[str, Any] = {
         "n_layers": args.n_layers,
         "d_model": args.d_model,
         "n_heads": args.n_heads,
@@ -69,6 +74,8 @@ def overrides(args: argparse.Namespace, precision: str, seed: int) -> dict[str, 
         "train.precision": precision,
         "train.seed": seed,
     }
+    add_common_overrides(values, None, args.extra)
+    return values
 
 
 def train_all(args: argparse.Namespace) -> None:

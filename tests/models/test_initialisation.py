@@ -107,3 +107,5 @@ def test_configs_saved_before_embed_scale_keep_their_input_scale(saved, std, sca
     cfg = formers.config_from_dict(data)
     assert cfg.embedding_std == pytest.approx(std) and cfg.embedding_scale == pytest.approx(scale)
     assert formers.config_from_dict(cfg.to_dict()) == cfg
+    if saved == {"scale_embeddings": True, "embed_init_std": None}:  # the paper's, as named now
+        assert cfg == formers.config("vanilla", d_model=256, n_heads=4, embed_init="paper")
