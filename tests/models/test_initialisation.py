@@ -109,3 +109,26 @@ def test_configs_saved_before_embed_scale_keep_their_input_scale(saved, std, sca
     assert formers.config_from_dict(cfg.to_dict()) == cfg
     if saved == {"scale_embeddings": True, "embed_init_std": None}:  # the paper's, as named now
         assert cfg == formers.config("vanilla", d_model=256, n_heads=4, embed_init="paper")
+
+
+def test_a_run_saved_before_embed_init_loads_with_the_scale_it_was_trained_with(tmp_path):
+    import json
+
+    from helpers import tiny_config
+
+    from formers.run import load_run
+    from formers.train.checkpoint import TrainState, latest_checkpoint, save_checkpoint
+    from formers.train.config import RunConfig
+
+    cfg = RunConfig(preset="vanilla", model=tiny_config("vanilla", embed_init="paper"))
+    model = formers.build(cfg.model).eval()
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"unit": "byte"}))
+    saved = cfg.to_dict()
+    for name in ("embed_init", "embed_scale"):  # the config.json such a run holds
+        del saved["model"][name]
+    saved["model"]["scale_embeddings"] = True
+    save_checkpoint(tmp_path, model=model, optimizer=None, config=saved, state=TrainState(step=1))
+    assert "scale_embeddings" in (latest_checkpoint(tmp_path) / "config.json").read_text()
+    tokens = random_tokens(2, 12, 50)
+    with torch.no_grad():
+        torch.testing.assert_close(load_run(tmp_path).model(tokens).logits, model(tokens).logits)
