@@ -173,8 +173,8 @@ class ModelConfig:
             "paper", d_model**-0.5 (fairseq's). With the tied output a fresh model gives the
             token each position reads a logit of up to about std · d_model: ≈ √d_model with
             "paper", so the first loss is far above ln V and samples repeat their input; at most
-            about 4 with "small", whatever the width, which starts within 10% of ln V
-            (docs/architecture.md, "Initialisation").
+            about 4 with "small", whatever the width, which starts within 10% of ln V for
+            vocabularies of a few dozen tokens or more (docs/architecture.md, "Initialisation").
         embed_init_std: a standard deviation for the token embeddings instead of `embed_init`'s
             (and for an untied output layer, else d_model**-0.5).
         embed_scale: what token embeddings are multiplied by on the way in; None: 1 / their
@@ -224,6 +224,12 @@ class ModelConfig:
     encoder_ffn: FFNConfig | None = None
     adaptive_cutoffs: tuple[int, ...] | None = None
     adaptive_div_value: float = 4.0
+    # Fields of earlier versions, each with what replaces it (saved configs are translated).
+    removed_fields: ClassVar[dict[str, str]] = {
+        "scale_embeddings": "embeddings are multiplied by embed_scale (1 / their initial standard "
+        "deviation unless set): --model.embed_scale 1 for no scaling, --model.embed_init paper "
+        "for the paper's table and √d_model",
+    }
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))

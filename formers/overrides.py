@@ -42,6 +42,8 @@ def apply_overrides(
     changes: dict[str, Any] = {}
     for head, values in nested.items():
         path = prefix + head
+        if head in getattr(cfg, "removed_fields", {}):
+            raise ConfigError(f"config key {path!r} is gone: {cfg.removed_fields[head]}")
         if head not in names:
             raise ConfigError(
                 f"unknown config key {path!r}{did_you_mean(head, names)}; "

@@ -160,13 +160,17 @@ def config_from_dict(data: Mapping[str, Any]) -> ModelConfig:
 
 def _moved_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """Saved configs from before the adaptive softmax became a model option (it was XL's), and
-    from before `embed_init`, whose models started their embeddings at d_model**-0.5 and
-    multiplied them by √d_model (by 1 with `scale_embeddings` false)."""
+    from before `embed_init`, whose models multiplied their embeddings by √d_model (by 1 with
+    `scale_embeddings` false) and started them at `embed_init_std`, if set, else at
+    d_model**-0.5 — except between the versions that added `embed_init_std` and
+    `scale_tied_output`, where an unset `embed_init_std` meant 1/d_model."""
     data = dict(data)
     if "scale_embeddings" in data:
         d_model = float(data.get("d_model", ModelConfig.d_model))
         scale = d_model**0.5 if data.pop("scale_embeddings") else 1.0
         data["embed_init"] = "paper"
+        if "embed_init_std" in data and "scale_tied_output" not in data:
+            data["embed_init_std"] = data["embed_init_std"] or 1.0 / d_model
         std = data.get("embed_init_std") or d_model**-0.5
         if not math.isclose(scale, 1.0 / std, rel_tol=1e-12):
             data["embed_scale"] = scale

@@ -55,9 +55,9 @@ def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
 
 
 class InputEmbedding(nn.Module):
-    """Dropout(E[token] · s + PE[position]), Vaswani §3.4 and §5.4, with s = 1 / the table's
-    initial standard deviation (`ModelConfig.embedding_scale`): unit-variance input, which is the
-    paper's s = √D when the table starts at D^-1/2."""
+    """Dropout(E[token] · s + PE[position]), Vaswani §3.4 and §5.4, with s =
+    `ModelConfig.embedding_scale`: by default 1 / the table's initial standard deviation, so the
+    input has unit variance, which is the paper's s = √D when the table starts at D^-1/2."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
         super().__init__()

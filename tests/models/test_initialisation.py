@@ -91,23 +91,33 @@ def test_an_untied_output_layer_keeps_its_own_deviation():
     assert model.lm_head.weight.std().item() == pytest.approx(256**-0.5, rel=0.02)
 
 
+PAPER = {"scale_embeddings": True, "embed_init_std": None}
+
+
 @pytest.mark.parametrize(
-    ("saved", "std", "scale"),
+    ("saved", "absent", "std", "scale"),
     [
-        ({"scale_embeddings": True, "embed_init_std": None}, 256**-0.5, 256**0.5),
-        ({"scale_embeddings": True, "embed_init_std": 1 / 256}, 1 / 256, 256**0.5),
-        ({"scale_embeddings": False, "embed_init_std": None}, 256**-0.5, 1.0),
+        (PAPER, (), 256**-0.5, 256**0.5),
+        ({"scale_embeddings": True, "embed_init_std": 1 / 256}, (), 1 / 256, 256**0.5),
+        ({"scale_embeddings": False, "embed_init_std": None}, (), 256**-0.5, 1.0),
+        # written before embed_init_std existed
+        ({"scale_embeddings": True}, ("embed_init_std", "scale_tied_output"), 256**-0.5, 16.0),
+        # written with embed_init_std but before scale_tied_output: unset meant 1/d_model
+        (PAPER, ("scale_tied_output",), 1 / 256, 16.0),
     ],
 )
-def test_configs_saved_before_embed_scale_keep_their_input_scale(saved, std, scale):
+def test_configs_saved_before_embed_init_keep_their_start_and_input_scale(
+    saved, absent, std, scale
+):
     # a trained model's weights only fit the multiplier it was trained with
     data = formers.config("vanilla", d_model=256, n_heads=4).to_dict()
-    del data["embed_scale"]
+    for name in ("embed_init", "embed_scale", *absent):
+        del data[name]
     data.update(saved)
     cfg = formers.config_from_dict(data)
     assert cfg.embedding_std == pytest.approx(std) and cfg.embedding_scale == pytest.approx(scale)
     assert formers.config_from_dict(cfg.to_dict()) == cfg
-    if saved == {"scale_embeddings": True, "embed_init_std": None}:  # the paper's, as named now
+    if saved == PAPER and not absent:  # the paper's, as named now
         assert cfg == formers.config("vanilla", d_model=256, n_heads=4, embed_init="paper")
 
 
@@ -132,3 +142,10 @@ def test_a_run_saved_before_embed_init_loads_with_the_scale_it_was_trained_with(
     tokens = random_tokens(2, 12, 50)
     with torch.no_grad():
         torch.testing.assert_close(load_run(tmp_path).model(tokens).logits, model(tokens).logits)
+
+
+def test_the_removed_scale_embeddings_flag_names_what_replaced_it():
+    from formers.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'scale_embeddings' is gone.*--model.embed_scale 1"):
+        formers.config("vanilla", scale_embeddings=False)
