@@ -3,6 +3,7 @@ one folder, fields that make no sense, generation output, and what each command 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -93,6 +94,21 @@ def test_resume_refuses_changed_training_settings_and_lists_them(trained, corpus
     other.write_text("something else entirely\n" * 100)
     code, _, err = train(capsys, trained, other, "--resume")
     assert code == 2 and "train.corpus" in err
+
+
+def test_a_run_resumed_from_python_with_other_settings_is_refused(trained):
+    # formers compare and the experiment scripts resume with the config they build today, whose
+    # defaults may have changed since the run started
+    from formers.errors import FormersError
+    from formers.run import read_run_config
+    from formers.train import trainer
+
+    saved = read_run_config(trained)
+    other = dataclasses.replace(saved, model=dataclasses.replace(saved.model, embed_init="paper"))
+    with pytest.raises(FormersError, match=r"model.embed_init: small -> paper.*config.json"):
+        trainer.train(other, trained, resume=True, progress=False)
+    more = dataclasses.replace(saved, train=dataclasses.replace(saved.train, max_steps=4))
+    assert trainer.train(more, trained, resume=True, progress=False).step == 4
 
 
 def test_resume_with_more_steps_keeps_the_schedule_and_the_config_says_so(trained, corpus, capsys):

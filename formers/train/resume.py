@@ -46,6 +46,38 @@ RESUMABLE = frozenset(
 )
 
 
+def refused_changes(saved: RunConfig, wanted: RunConfig) -> list[str]:
+    """The settings a resume may not change that differ, as "key: saved -> wanted"."""
+    before, after = flatten(saved.to_dict()), flatten(wanted.to_dict())
+    return [
+        f"{key}: {before.get(key)} -> {after.get(key)}"
+        for key in sorted(before.keys() | after.keys())
+        if before.get(key) != after.get(key) and key.removeprefix("train.") not in RESUMABLE
+    ]
+
+
+def check_resumable(checkpoint: Path, wanted: RunConfig) -> None:
+    """Refuse to continue the run of `checkpoint` with settings it was not trained with (a run
+    resumed from Python or by `formers compare`, whose defaults may have changed since).
+
+    Raises:
+        FormersError: naming each difference.
+    """
+    saved = run_config_from_dict(load_config(checkpoint))
+    # the decay keeps the length the run started with when --resume changes max_steps
+    saved = dataclasses.replace(
+        saved,
+        train=dataclasses.replace(saved.train, schedule_steps=wanted.train.schedule_steps),
+    )
+    refused = refused_changes(saved, wanted)
+    if refused:
+        raise FormersError(
+            f"{checkpoint.parent.parent} was trained with other settings than these: "
+            f"{'; '.join(refused)}. Continue it with the settings it was trained with (saved "
+            "in its config.json), or train in another folder"
+        )
+
+
 def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any]) -> RunConfig:
     """The saved config of the run in `run_dir` with the allowed `overrides` applied.
 
@@ -80,12 +112,7 @@ def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any])
         model=override(saved.model, model_keys),
         train=apply_overrides(saved.train, train_keys, prefix="train."),
     )
-    before, after = flatten(saved.to_dict()), flatten(wanted.to_dict())
-    refused = [
-        f"{key}: {before.get(key)} -> {after.get(key)}"
-        for key in sorted(before.keys() | after.keys())
-        if before.get(key) != after.get(key) and key.removeprefix("train.") not in RESUMABLE
-    ]
+    refused = refused_changes(saved, wanted)
     if refused:
         raise FormersError(
             f"--resume continues {run_dir} exactly and cannot change {'; '.join(refused)}. "

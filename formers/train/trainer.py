@@ -39,6 +39,7 @@ from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer
 from formers.train.precision import autocast_for
 from formers.train.reshard import fresh_seed, keep_streams
+from formers.train.resume import check_resumable
 from formers.train.rng import seed_everything
 from formers.train.run_lock import RunLock
 from formers.train.schedule import lr_at
@@ -181,6 +182,8 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
         cfg = keep_streams(cfg, read_train_state(checkpoint), env.world_size, env.is_main)
     task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
     cfg = task.cfg  # with what the data decides (the vocabulary)
+    if checkpoint is not None:
+        check_resumable(checkpoint, cfg)
     created = not run_dir.exists()
     lock = None
     try:
