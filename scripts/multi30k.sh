@@ -33,6 +33,7 @@ case "$action" in
       --train.log_every 20 "$@"
     ;;
   eval)
+    [ $# -eq 0 ] || { echo "$0 eval $pair takes no further flags (got: $*)" >&2; exit 2; }
     run average "$dir" --last 5
     for run_dir in "$dir" "$dir-avg5"; do
       for beam in 1 4; do
