@@ -33,18 +33,35 @@ def first_loss(cfg: ModelConfig) -> tuple[float, torch.Tensor, torch.Tensor]:
     return out.loss.item() / math.log(cfg.target_vocab_size), out.logits, tokens[:, :-1]
 
 
-@pytest.mark.parametrize("start", ["default", "scale_tied_output"])
-@pytest.mark.parametrize("name", PRESETS)
-def test_a_fresh_model_of_every_preset_starts_nearly_uniform(name, start):
-    """The first loss of every preset at its own size is within 10% of ln V (bytes for the
-    language models): a fresh model has no reason to prefer any token."""
+LANGUAGE_MODELS = [name for name, preset in PRESETS.items() if preset().arch != "encoder_decoder"]
+
+
+def own_size(name: str, **overrides) -> ModelConfig:
+    """Preset `name` at its own size (bytes for the language models)."""
     cfg = PRESETS[name]()
     if cfg.arch != "encoder_decoder":
-        cfg = formers.presets.override(cfg, {"vocab_size": 256})
-    if start == "scale_tied_output":
-        cfg = formers.presets.override(cfg, {"scale_tied_output": True})
-    ratio, _, _ = first_loss(cfg)
+        overrides = {"vocab_size": 256, **overrides}
+    return formers.presets.override(cfg, overrides)
+
+
+@pytest.mark.parametrize("name", LANGUAGE_MODELS)
+def test_a_fresh_language_model_of_every_preset_starts_nearly_uniform(name):
+    """The first loss of every language-model preset at its own size on bytes is within 10% of
+    ln V: a fresh model has no reason to prefer any token."""
+    ratio, _, _ = first_loss(own_size(name))
     assert abs(ratio - 1) < 0.1
+
+
+@pytest.mark.parametrize("start", [{"embed_init": "small"}, {"scale_tied_output": True}])
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_small_table_or_the_scaled_output_starts_every_preset_nearly_uniform(name, start):
+    ratio, _, _ = first_loss(own_size(name, **start))
+    assert abs(ratio - 1) < 0.1
+
+
+def test_the_translation_preset_keeps_the_papers_embeddings():
+    # measured: the small table learned the toy translation task more slowly (architecture.md)
+    assert PRESETS["transformer"]().embedding_std == 512**-0.5
 
 
 def test_the_papers_initialisation_starts_by_repeating_the_input():
