@@ -54,3 +54,25 @@ def write_parallel_corpus(folder, n: int = 200, seed: int = 0) -> str:
     (folder / "toy.de").write_text("".join(s + "\n" for s in source), encoding="utf-8")
     (folder / "toy.en").write_text("".join(t + "\n" for t in target), encoding="utf-8")
     return f"{folder / 'toy.de'},{folder / 'toy.en'}"
+
+
+def toy_translation_settings(corpus: str) -> dict:
+    """The overrides of a small `transformer` that learns the toy language in 400 steps."""
+    return {
+        "model.n_layers": 2,
+        "model.d_model": 64,
+        "model.n_heads": 4,
+        "model.d_ff": 128,
+        "train.corpus": corpus,
+        "train.tokenizer_vocab": 300,
+        "train.max_tokens": 512,
+        "train.optimizer": "adam_paper",
+        "train.schedule": "inverse_sqrt",
+        "train.lr": 2e-3,
+        "train.warmup_steps": 50,
+        "train.label_smoothing": 0.1,
+        "train.max_steps": 400,
+        "train.eval_every": 0,
+        "train.save_every": 0,
+        "train.precision": "fp32",
+    }

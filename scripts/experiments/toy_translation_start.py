@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from helpers import write_parallel_corpus  # noqa: E402
+from helpers import toy_translation_settings, write_parallel_corpus  # noqa: E402
 
 from formers.train import trainer  # noqa: E402
 from formers.train.config import run_config  # noqa: E402
@@ -23,25 +23,7 @@ from formers.train.trainer import TrainResult  # noqa: E402
 
 def train_toy(folder: Path, corpus: str, embed_init: str) -> TrainResult:
     """The slow test's run, with the start `embed_init`."""
-    overrides = {
-        "model.n_layers": 2,
-        "model.d_model": 64,
-        "model.n_heads": 4,
-        "model.d_ff": 128,
-        "model.embed_init": embed_init,
-        "train.corpus": corpus,
-        "train.tokenizer_vocab": 300,
-        "train.max_tokens": 512,
-        "train.optimizer": "adam_paper",
-        "train.schedule": "inverse_sqrt",
-        "train.lr": 2e-3,
-        "train.warmup_steps": 50,
-        "train.label_smoothing": 0.1,
-        "train.max_steps": 400,
-        "train.eval_every": 0,
-        "train.save_every": 0,
-        "train.precision": "fp32",
-    }
+    overrides = {**toy_translation_settings(corpus), "model.embed_init": embed_init}
     return trainer.train(run_config("transformer", overrides), folder, progress=False)
 
 

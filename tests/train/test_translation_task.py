@@ -8,7 +8,7 @@ import math
 import pytest
 import sacrebleu
 import torch
-from helpers import toy_pairs, write_parallel_corpus
+from helpers import toy_pairs, toy_translation_settings, write_parallel_corpus
 
 import formers
 from formers.data.errors import DataError
@@ -161,26 +161,7 @@ def test_a_small_model_learns_the_toy_language(tmp_path):
     from formers.train import trainer
 
     corpus = write_parallel_corpus(tmp_path, n=2000)
-    cfg = run_config(
-        "transformer",
-        {
-            **SIZES,
-            "model.d_model": 64,
-            "model.d_ff": 128,
-            "train.corpus": corpus,
-            "train.tokenizer_vocab": 300,
-            "train.max_tokens": 512,
-            "train.optimizer": "adam_paper",
-            "train.schedule": "inverse_sqrt",
-            "train.lr": 2e-3,
-            "train.warmup_steps": 50,
-            "train.label_smoothing": 0.1,
-            "train.max_steps": 400,
-            "train.eval_every": 0,
-            "train.save_every": 0,
-            "train.precision": "fp32",
-        },
-    )
+    cfg = run_config("transformer", toy_translation_settings(corpus))
     result = trainer.train(cfg, tmp_path / "run", progress=False)
     # an untrained model scores about 0
     assert result.valid.bleu > 70 and result.valid.loss < 0.5, result.valid.summary()
