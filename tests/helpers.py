@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import torch
 
 import formers
@@ -19,6 +22,26 @@ def tiny_config(name: str, **overrides) -> formers.ModelConfig:
 def random_tokens(batch: int, length: int, vocab: int, low: int = 1) -> torch.Tensor:
     """Ids in [low, vocab): id 0 stays free to act as padding."""
     return torch.randint(low, vocab, (batch, length))
+
+
+def flip_tensor_byte(path) -> None:
+    """Change one byte in the middle of a safetensors file's tensor data, keeping its size: the
+    header still parses, and only a value is wrong."""
+    data = bytearray(path.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")  # an 8-byte header length, then the header
+    data[(start + len(data)) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def assert_checksummed(checkpoint) -> None:
+    """The checkpoint's manifest holds the SHA-256 of every file in it but itself."""
+    manifest = json.loads((checkpoint / "manifest.json").read_text())
+    on_disk = {
+        path.relative_to(checkpoint).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in checkpoint.rglob("*")
+        if path.is_file() and path.name != "manifest.json"
+    }
+    assert manifest["sha256"] == on_disk
 
 
 TOY_LEXICON = {

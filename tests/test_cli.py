@@ -114,6 +114,19 @@ def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
     assert "--temperature" in result.stdout
 
 
+def test_eval_names_the_damaged_file_of_the_latest_checkpoint(tmp_path, corpus):
+    run = tmp_path / "run"
+    formers("train", "--run-dir", run, "--train.corpus", corpus, "--train.max_steps", "2", *TINY)
+    weights = run / "checkpoints" / "step_000002" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-4] ^= 0x10  # inside the last weight's bytes: the same size, a header that parses
+    weights.write_bytes(bytes(data))
+    result = formers("eval", run, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith(f"error: {weights}: ") and result.stderr.count("\n") == 1
+    assert "checksum" in result.stderr and "--" not in result.stderr  # no flag: it's Python's
+
+
 def test_train_on_an_unknown_corpus_leaves_no_run_folder(tmp_path):
     run = tmp_path / "run"
     corpus = tmp_path / "missing.txt"

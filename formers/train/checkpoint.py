@@ -12,8 +12,8 @@ A checkpoint is one directory, `<run>/checkpoints/step_000123/`, holding
     rng.json
     rank_00001.safetensors process 1's generators and memory rows, and so on for each process
     rank_00001.json        above 0 (rank 0's are in rng.* and trainer.*)
-    manifest.json          format version, layout, world size and file sizes; written last, so
-                           it marks completeness
+    manifest.json          format version, layout, world size, and every other file's size and
+                           SHA-256 ("files", "sha256"); written last, so it marks completeness
 
 That is the "single" layout, written by one process or by rank 0 of DDP. An FSDP run writes the
 "sharded" layout instead: `model/` and `optimizer/` folders with one shard file per process and
@@ -21,6 +21,10 @@ the optimizer's other values in `optimizer.json` (`formers.train.checkpoint_shar
 layout loads into a plain model, DDP or FSDP, on any number of processes; the memory rows are
 regrouped when that number changes (`formers.train.checkpoint_ranks`).
 
+Loading first checks every file the manifest lists against its size and checksum, so a file
+damaged in place (a flipped bit, same size) is named before anything changes; a checkpoint saved
+before the checksums (no "sha256" in its manifest) loads with the sizes checked only. Hashing
+costs a read of every file at saving and at loading (benchmarks/checkpoint_checksums.py).
 Loading reads only safetensors and JSON, so a tampered checkpoint can at worst fail to load; it can
 never run code (no pickle, no `torch.load`). Nested Python state is stored by `flatten_state`: the
 tensors go to safetensors and a JSON "skeleton" with tagged tuples, non-string dict keys and
@@ -268,9 +272,9 @@ def load_checkpoint(
 ) -> LoadedCheckpoint:
     """Read a checkpoint; load weights, optimizer and scheduler state in place when given.
 
-    Every file is read and checked before the model changes, so a corrupt checkpoint leaves the
-    model untouched (a fresh optimizer may have had its state created). Only safetensors and
-    JSON are parsed, never pickle.
+    Every file is read and checked (size and checksum) before the model changes, so a corrupt
+    checkpoint leaves the model untouched (a fresh optimizer may have had its state created).
+    Only safetensors and JSON are parsed, never pickle.
 
     Either layout loads into a plain model, a DDP replica or an FSDP-sharded model (call it on
     every process then: it is collective), on as many processes as saved it or on others. This
@@ -291,7 +295,8 @@ def load_checkpoint(
 
     Raises:
         CheckpointNotFoundError: no checkpoint at `path`.
-        CheckpointCorruptError: a file is truncated, tampered with or unreadable.
+        CheckpointCorruptError: a file is missing, truncated, changed since saving (its
+            checksum differs) or unreadable; the message names it.
         CheckpointMismatchError: weights or optimizer state do not fit what was given.
     """
     map_location = resolve_device(str(map_location), "map_location")  # not "damaged" on a typo
@@ -302,7 +307,7 @@ def load_checkpoint(
         raise corrupt(ckpt / MANIFEST_FILE, f"layout {layout!r} / world_size {saved_world!r}")
     config = read_json(ckpt / CONFIG_FILE)
     trainer = read_flat(ckpt, "trainer")
-    state = read_train_state(ckpt)
+    state = _train_state(ckpt, trainer)
     rank, world_size = position()
     ranks = [rank] if world_size == saved_world else list(range(saved_world))
     saved = read_rank_states(ckpt, ranks, trainer.get("memory"), restore_rng)
@@ -382,15 +387,19 @@ def _read_single(
 def read_train_state(path: Path | str) -> TrainState:
     """The step, tokens and data position a checkpoint (or a run's latest) was saved at."""
     ckpt = resolve(path)
-    trainer = read_flat(ckpt, "trainer")
+    check_manifest(ckpt, ["trainer.json", "trainer.safetensors"])
+    return _train_state(ckpt, read_flat(ckpt, "trainer"))
+
+
+def _train_state(ckpt: Path, trainer: dict) -> TrainState:
     try:
         return TrainState(**trainer["state"])
     except (KeyError, TypeError) as e:
-        raise CheckpointCorruptError(
-            f"{ckpt / 'trainer.json'}: malformed train state ({e}); resume from another checkpoint"
-        ) from e
+        raise corrupt(ckpt / "trainer.json", f"malformed train state ({e})") from e
 
 
 def load_config(path: Path | str) -> dict:
     """The config stored with a checkpoint (or with a run directory's latest checkpoint)."""
-    return read_json(resolve(path) / CONFIG_FILE)
+    ckpt = resolve(path)
+    check_manifest(ckpt, [CONFIG_FILE])
+    return read_json(ckpt / CONFIG_FILE)

@@ -15,6 +15,9 @@ MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 MANIFEST_FILE = "manifest.json"
 FORMAT_VERSION = 1
+# The manifest's {file: hex SHA-256} of every file it lists. Checkpoints written before it have
+# none and load unchecked: an optional key, so the format version stays 1.
+CHECKSUMS_KEY = "sha256"
 # How weights and optimizer state are stored (the manifest's "layout"): one file each, or one
 # shard file per process in a folder each (torch.distributed.checkpoint, FSDP).
 SINGLE, SHARDED = "single", "sharded"

@@ -1,4 +1,5 @@
-"""Reading checkpoints: finding the latest complete one, checking every file, loading weights.
+"""Reading checkpoints: finding the latest complete one, checking every file (its size and
+SHA-256 against the manifest), loading weights.
 
 Only safetensors and JSON are parsed, never pickle, so a tampered checkpoint can at worst fail
 to load.
@@ -6,6 +7,7 @@ to load.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from torch import Tensor
 from formers.train.checkpoint_format import (
     ALIASES_KEY,
     CHECKPOINTS_DIR,
+    CHECKSUMS_KEY,
     FORMAT_VERSION,
     LATEST_FILE,
     MANIFEST_FILE,
@@ -28,6 +31,8 @@ from formers.train.checkpoint_format import (
     CheckpointNotFoundError,
 )
 from formers.train.state_tree import unflatten_state
+
+CHECKSUM_CHUNK = 1 << 20
 
 
 def latest_checkpoint(run_dir: Path | str) -> Path | None:
@@ -84,15 +89,27 @@ def resolve(path: Path | str) -> Path:
 
 
 def corrupt(path: Path, problem: str) -> CheckpointCorruptError:
+    # The advice holds from Python and from the command line alike: both take a run's newest
+    # complete checkpoint (`latest_checkpoint`) when the one `latest` names is gone.
+    folder = checkpoint_folder(path)
     return CheckpointCorruptError(
-        f"{path}: {problem}. The checkpoint {path.parent} is damaged or was tampered with; delete "
-        "it and resume from an older one (--resume and formers eval take the newest complete "
-        "step_* folder that remains)"
+        f"{path}: {problem}. The checkpoint is damaged or was tampered with; delete {folder}: "
+        "resuming or loading its run then takes the newest complete checkpoint that remains"
     )
 
 
-def check_manifest(ckpt: Path) -> dict[str, Any]:
-    """The manifest, once every file it lists is there with its size."""
+def checkpoint_folder(path: Path) -> Path:
+    """The checkpoint that `path` (a file or folder in it) belongs to: a shard file lies one
+    folder further down, in model/ or optimizer/."""
+    for folder in path.parents[:2]:
+        if is_complete(folder):
+            return folder
+    return path.parent
+
+
+def check_manifest(ckpt: Path, names: list[str] | None = None) -> dict[str, Any]:
+    """The manifest, once every file it lists (or those of `names` it lists) is there with its
+    size and, in a checkpoint that records them, its checksum."""
     manifest = read_json(ckpt / MANIFEST_FILE)
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
     if version != FORMAT_VERSION:
@@ -100,13 +117,40 @@ def check_manifest(ckpt: Path) -> dict[str, Any]:
             ckpt / MANIFEST_FILE,
             f"format version {version!r}, this code reads version {FORMAT_VERSION}",
         )
-    for name, size in manifest.get("files", {}).items():
+    sizes = manifest.get("files", {})
+    checksums = manifest.get(CHECKSUMS_KEY)  # None: saved before checkpoints had them
+    if checksums is not None and (
+        not isinstance(checksums, dict) or checksums.keys() != sizes.keys()
+    ):
+        raise corrupt(ckpt / MANIFEST_FILE, f"its {CHECKSUMS_KEY!r} does not list its files")
+    listed = [name for name in (sizes if names is None else names) if name in sizes]
+    for name in listed:  # every size before any checksum: a truncated file is named at once
         file = ckpt / name
         if not file.is_file():
             raise corrupt(file, "file listed in the manifest is missing")
-        if file.stat().st_size != size:
-            raise corrupt(file, f"size {file.stat().st_size} bytes, the manifest says {size}")
+        if file.stat().st_size != sizes[name]:
+            raise corrupt(
+                file, f"size {file.stat().st_size} bytes, the manifest says {sizes[name]}"
+            )
+    for name in listed if checksums is not None else []:
+        if file_checksum(ckpt / name) != checksums[name]:
+            raise corrupt(
+                ckpt / name,
+                f"its bytes do not match the {CHECKSUMS_KEY} checksum in {MANIFEST_FILE} (they "
+                "changed after it was saved)",
+            )
     return manifest
+
+
+def file_checksum(path: Path) -> str:
+    """The hex SHA-256 of a file, read in 1 MiB pieces so memory stays bounded at any size."""
+    sha = hashlib.sha256()
+    buffer = bytearray(CHECKSUM_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb") as f:
+        while size := f.readinto(buffer):
+            sha.update(view[:size])
+    return sha.hexdigest()
 
 
 def read_json(path: Path) -> Any:

@@ -19,13 +19,14 @@ from torch import Tensor, nn
 
 from formers.train.checkpoint_format import (
     ALIASES_KEY,
+    CHECKSUMS_KEY,
     FORMAT_VERSION,
     LATEST_FILE,
     MANIFEST_FILE,
     TMP_PREFIX,
     TRASH_PREFIX,
 )
-from formers.train.checkpoint_read import step_dirs
+from formers.train.checkpoint_read import file_checksum, step_dirs
 from formers.train.state_tree import flatten_state, own_storage, view_key
 
 
@@ -130,18 +131,18 @@ def replace_dir(src: Path, dst: Path) -> None:
 
 
 def seal(tmp: Path, final: Path, step: int, layout: str, world_size: int) -> None:
-    """The manifest (every file and its size), then the rename that makes it a checkpoint."""
-    files = {
-        path.relative_to(tmp).as_posix(): path.stat().st_size
-        for path in sorted(tmp.rglob("*"))
-        if path.is_file()
-    }
+    """The manifest (every file, its size and its checksum), then the rename that makes it a
+    checkpoint."""
+    paths = {path.relative_to(tmp).as_posix(): path for path in sorted(tmp.rglob("*"))}
+    paths = {name: path for name, path in paths.items() if path.is_file()}
     manifest = {
         "format_version": FORMAT_VERSION,
         "step": step,
         "layout": layout,
         "world_size": world_size,
-        "files": files,
+        "files": {name: path.stat().st_size for name, path in paths.items()},
+        # the files were just written, so these reads come from the page cache
+        CHECKSUMS_KEY: {name: file_checksum(path) for name, path in paths.items()},
     }
     write_json(tmp / MANIFEST_FILE, manifest, indent=2)
     for folder in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:

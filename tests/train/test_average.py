@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import assert_checksummed, tiny_config
 
 import formers
 from formers.errors import FormersError
@@ -55,6 +55,7 @@ def test_the_average_run_holds_the_mean_of_the_last_n(tmp_path):
 def test_averaging_one_checkpoint_copies_it(tmp_path):
     states = write_run(tmp_path / "run", 2)
     run = load_run(average_checkpoints(tmp_path / "run", last=1, out=tmp_path / "one"))
+    assert_checksummed(tmp_path / "one" / "checkpoints" / "step_000020")
     for name, value in run.model.state_dict().items():
         assert torch.equal(value, states[-1][name])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import flip_tensor_byte
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
@@ -26,6 +28,7 @@ from formers.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_config,
+    read_train_state,
     save_checkpoint,
     unflatten_state,
 )
@@ -437,7 +440,7 @@ def test_truncated_safetensors(tmp_path: Path) -> None:
     weights.write_bytes(weights.read_bytes()[:-16])
     with pytest.raises(CheckpointCorruptError, match="model.safetensors") as err:
         load_checkpoint(path, model=TinyLM())
-    assert "delete it and resume from an older one" in str(err.value)
+    assert f"delete {path}" in str(err.value) and "newest complete checkpoint" in str(err.value)
 
     _fix_manifest(path)  # even when the sizes agree, the safetensors parser rejects the file
     untouched = TinyLM()
@@ -448,9 +451,79 @@ def test_truncated_safetensors(tmp_path: Path) -> None:
 
 
 def _fix_manifest(path: Path) -> None:
+    """Make the manifest agree with the files as they are now: what a tamperer who rewrites it
+    too would do, so the file's own parser must still catch the damage."""
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["files"] = {name: (path / name).stat().st_size for name in manifest["files"]}
+    manifest["sha256"] = {
+        name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in manifest["files"]
+    }
     (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _edit_same_length(path: Path, old: str, new: str) -> None:
+    assert len(old) == len(new)
+    text = path.read_text()
+    assert old in text, (old, path)
+    path.write_text(text.replace(old, new, 1))
+
+
+def _damage(path: Path, target: str) -> None:
+    if target.endswith(".safetensors"):
+        flip_tensor_byte(path / target)
+    elif target == "trainer.json":
+        _edit_same_length(path / target, '"tokens_seen": 100', '"tokens_seen": 900')
+    else:  # rng.json: one digit of Python's Mersenne Twister state
+        digits = json.loads((path / target).read_text())["skeleton"]["python"]["__tuple__"][1]
+        word = str(digits["__tuple__"][1])
+        _edit_same_length(path / target, word, word[:-1] + str((int(word[-1]) + 1) % 10))
+
+
+@pytest.mark.parametrize(
+    "target", ["model.safetensors", "optimizer.safetensors", "trainer.json", "rng.json"]
+)
+def test_damage_that_keeps_the_size_is_caught_by_the_checksum(tmp_path: Path, target: str) -> None:
+    model = TinyLM()
+    optimizer = torch.optim.AdamW(model.parameters())
+    _train_step(model, optimizer, 0)
+    path = _save(tmp_path, model, optimizer)
+    _damage(path, target)
+
+    fresh = TinyLM()
+    before = _params(fresh)
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters())
+    with pytest.raises(CheckpointCorruptError) as err:
+        load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)
+    message = str(err.value)
+    assert message.startswith(f"{path / target}: ") and "\n" not in message
+    assert "checksum" in message and f"delete {path}" in message
+    assert all(torch.equal(v, before[k]) for k, v in fresh.state_dict().items())  # untouched
+    assert fresh_optimizer.state_dict()["state"] == {}
+
+
+def test_the_config_and_train_state_readers_check_their_files(tmp_path: Path) -> None:
+    path = _save(tmp_path, TinyLM())
+    _edit_same_length(path / "config.json", '"d_model": 8', '"d_model": 9')
+    with pytest.raises(CheckpointCorruptError, match=r"config\.json: .*checksum"):
+        load_config(path)
+    _edit_same_length(path / "trainer.json", '"tokens_seen": 100', '"tokens_seen": 900')
+    with pytest.raises(CheckpointCorruptError, match=r"trainer\.json: .*checksum"):
+        read_train_state(path)
+
+
+def test_a_checkpoint_from_before_checksums_still_loads(tmp_path: Path) -> None:
+    model = TinyLM()
+    optimizer = torch.optim.AdamW(model.parameters())
+    _train_step(model, optimizer, 0)
+    path = _save(tmp_path, model, optimizer)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert set(manifest["sha256"]) == set(manifest["files"])  # every file, the manifest aside
+    del manifest["sha256"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+    fresh = TinyLM()
+    load_checkpoint(path, model=fresh, optimizer=torch.optim.AdamW(fresh.parameters()))
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in fresh.state_dict().items())
 
 
 class _Exploit:

@@ -16,7 +16,7 @@ import pytest
 import test_battery as battery
 import torch
 import torch.distributed as dist
-from helpers import random_tokens, tiny_config
+from helpers import assert_checksummed, flip_tensor_byte, random_tokens, tiny_config
 from safetensors import safe_open
 
 from formers.data.batching import StreamBatcher
@@ -313,6 +313,28 @@ def test_a_damaged_shard_is_named(tmp_path, process_group):
     assert all(torch.equal(got[k], v) for k, v in before.items())  # untouched
 
 
+@pytest.mark.parametrize("folder", ["model", "optimizer"])
+def test_a_shard_damaged_inside_its_tensors_is_caught_by_the_checksum(
+    tmp_path, process_group, folder
+):
+    cfg, model, optimizer = sharded_xl()
+    train_on(model, optimizer, random_tokens(2, 8, V))
+    path = save_checkpoint(
+        tmp_path, model=model, optimizer=optimizer, config=cfg.to_dict(), state=TrainState(1)
+    )
+    shard = next((path / folder).glob("*.safetensors"))
+    assert f"{folder}/{shard.name}" in json.loads((path / "manifest.json").read_text())["sha256"]
+    flip_tensor_byte(shard)  # same size, a header that parses: only a value is wrong
+    _, other, other_optimizer = sharded_xl(seed=1)
+    before = full_state(other)
+    with pytest.raises(CheckpointCorruptError) as err:
+        load_checkpoint(path, model=other, optimizer=other_optimizer)
+    assert str(err.value).startswith(f"{shard}: ") and "checksum" in str(err.value)
+    assert f"delete {path}:" in str(err.value)  # the checkpoint, not its model/ folder
+    got = full_state(other)
+    assert all(torch.equal(got[k], v) for k, v in before.items())  # untouched
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading shards without a process group, conversion, no pickle
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +359,8 @@ def test_conversion_both_ways_keeps_every_value(tmp_path):
     assert json.loads((sharded / "manifest.json").read_text())["layout"] == "sharded"
     assert not (sharded / "model.safetensors").exists()
     back = convert_checkpoint(sharded, "single", tmp_path / "back")
+    assert_checksummed(sharded)
+    assert_checksummed(back)
     for name in ("model.safetensors", "optimizer.safetensors", "trainer.safetensors"):
         with safe_open(str(path / name), "pt") as a, safe_open(str(back / name), "pt") as b:
             assert set(a.keys()) == set(b.keys()), name
