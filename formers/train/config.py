@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from formers.config import ModelConfig
+from formers.config import ModelConfig, check_finite
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.presets import config, config_from_dict, override
@@ -93,6 +93,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
 
     def __post_init__(self) -> None:
+        check_finite(self, prefix="train.")
         positive = (
             "batch_size", "seq_len", "grad_accum", "max_steps", "eval_batch_size", "log_every",
             "keep_checkpoints",
