@@ -214,6 +214,25 @@ def test_train_prints_one_json_result_on_stdout_and_why_it_stopped(tmp_path, cor
     assert json.loads(out)["stopped"] == "time_budget" and "time budget ran out" in err
 
 
+class ClosedPipe:
+    """A stdout whose reader has gone (`formers train ... | head -c 20`)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_train_on_a_closed_stdout_keeps_its_checkpoint(tmp_path, corpus, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, "--train.max_steps", "2")
+    assert code == 141 and "Traceback" not in err
+    assert (run / "checkpoints" / "step_000002").is_dir()
+    assert "stopped at step 2: reached max_steps" in err
+
+
 def test_word_level_generation_spaces_its_words_and_names_unknown_ones(tmp_path, capsys):
     words = tmp_path / "words.txt"
     words.write_text("the company said the market rose\n" * 200)
