@@ -18,9 +18,13 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     device = resolve_device(args.device)  # before anything is loaded
     run = load_run(args.run, device, checkpoint=args.checkpoint)
     if run.config.model.arch != "decoder":
+        what_works = {
+            "encoder_decoder": f"a translation model: translate with formers translate {args.run}",
+            "encoder": f"a masked language model: score it with formers eval {args.run}",
+        }
         raise FormersError(
-            f"{args.run} is arch={run.config.model.arch!r} (a masked LM or a translation model): "
-            "formers generate samples causal language models; evaluate it with formers eval"
+            f"{args.run} holds {what_works[run.config.model.arch]} (formers generate continues "
+            "text with causal language models)"
         )
     tokenizer = run.tokenizer
     prompt = tokenizer.encode_prompt(args.prompt)
