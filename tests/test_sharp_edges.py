@@ -255,11 +255,42 @@ def test_eval_and_generate_take_a_checkpoint_step(trained, capsys):
     code, out, _ = run_cli(capsys, "eval", trained, "--checkpoint", "2", "--max-tokens", "50")
     assert code == 0 and json.loads(out)["step"] == 2
     code, _, err = run_cli(capsys, "generate", trained, "--checkpoint", "7")
-    assert code == 2 and "--checkpoint 2 or 3" in err
+    assert code == 2 and "use checkpoint 2 or 3, or leave it out for the latest" in err
     code, out, _ = run_cli(
         capsys, "generate", trained, "--checkpoint", "2", "--max-new-tokens", "3"
     )
     assert code == 0 and out
+
+
+def test_eval_of_a_folder_that_is_no_run_says_so_and_suggests_no_training_there(
+    tmp_path, capsys
+):
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "passwd").write_text("root:x:0:0\n")
+    code, _, err = run_cli(capsys, "eval", folder)
+    assert code == 2 and err == (
+        f"error: {folder} is not a run folder (no config.json or checkpoints/): give the "
+        "folder of a formers train run\n"
+    )
+    (folder / "config.json").write_text("{}")  # a run whose training has saved nothing yet
+    code, _, err = run_cli(capsys, "eval", folder)
+    assert code == 2 and f"{folder} holds no checkpoint yet: train it first" in err
+
+
+def test_load_run_names_fixes_a_python_caller_can_apply(trained, tmp_path):
+    """The messages `formers eval` prints, raised from Python, name no command-line flag."""
+    import formers
+
+    messages = []
+    for folder, step in ((tmp_path / "missing", None), (tmp_path, None), (trained, 7)):
+        with pytest.raises(formers.FormersError) as error:
+            formers.load_run(folder, checkpoint=step)
+        messages.append(str(error.value))
+    assert "give the folder of a formers train run" in messages[0]
+    assert f"{tmp_path} is not a run folder" in messages[1]
+    assert "use checkpoint 2 or 3, or leave it out for the latest" in messages[2]
+    assert not any("--" in message for message in messages), messages
 
 
 def test_eval_shows_progress_on_stderr_only(trained, capsys):
