@@ -182,6 +182,18 @@ def test_a_bad_training_field_is_refused_before_training(tmp_path, corpus, capsy
     assert not run.exists()
 
 
+def test_a_misspelt_section_of_a_config_file_is_named(tmp_path, corpus, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  d_model: 32\ntrian:\n  lr: 0.01\n")
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, "--config", config)
+    assert code == 2 and err == (
+        f"error: unknown section 'trian' in {config} (did you mean 'train'?): the sections are "
+        "preset, model, train\n"
+    )
+    assert not run.exists()
+
+
 def test_cli_errors_give_flags_not_python_advice(trained, tmp_path, corpus, capsys):
     messages = []
     latin1 = tmp_path / "latin1.txt"
