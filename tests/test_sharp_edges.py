@@ -260,7 +260,29 @@ def test_word_level_generation_spaces_its_words_and_names_unknown_ones(tmp_path,
 
 def test_generate_checks_its_options_before_printing_anything(trained, capsys):
     code, out, err = run_cli(capsys, "generate", trained, "--prompt", "to be", "--top-p", "2")
-    assert code == 2 and out == "" and "top_p" in err
+    assert code == 2 and out == "" and "--top-p 2.0 must be in (0, 1]" in err
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--top-k", "0", "--top-k 0 must be at least 1: leave out --top-k to keep every token"),
+        ("--top-p", "0", "--top-p 0.0 must be in (0, 1]: leave out --top-p to keep every token"),
+    ],
+)
+def test_generate_advises_flags_and_python_arguments_where_each_is_given(
+    trained, capsys, flag, value, message
+):
+    code, out, err = run_cli(capsys, "generate", trained, flag, value)
+    assert code == 2 and out == "" and err == f"error: {message}\n"
+    import formers
+    from formers.infer import generate
+
+    name = flag[2:].replace("-", "_")
+    given = int(value) if name == "top_k" else float(value)
+    with pytest.raises(formers.InputError) as error:
+        generate(formers.load_run(trained).model, [1], 3, **{name: given})
+    assert "or None to keep every token" in str(error.value) and "--" not in str(error.value)
 
 
 def test_eval_and_generate_take_a_checkpoint_step(trained, capsys):

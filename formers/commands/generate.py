@@ -15,6 +15,7 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.run import load_run
     from formers.train.evaluate import carries_memory
 
+    _check_truncation_flags(args)
     device = resolve_device(args.device)  # before anything is loaded
     run = load_run(args.run, device, checkpoint=args.checkpoint)
     if run.config.model.arch != "decoder":
@@ -67,3 +68,16 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
             printed = text
     print(tokenizer.decode(ids)[len(printed) :])
     return 0
+
+
+def _check_truncation_flags(args: argparse.Namespace) -> None:
+    """--top-k and --top-p, checked here because generate()'s own errors offer None, which a
+    command line cannot give: leaving the flag out is how it says none."""
+    if args.top_k is not None and args.top_k < 1:
+        raise FormersError(
+            f"--top-k {args.top_k} must be at least 1: leave out --top-k to keep every token"
+        )
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise FormersError(
+            f"--top-p {args.top_p} must be in (0, 1]: leave out --top-p to keep every token"
+        )
