@@ -228,8 +228,8 @@ class ModelConfig:
     # Fields of earlier versions, each with what replaces it (saved configs are translated).
     removed_fields: ClassVar[dict[str, str]] = {
         "scale_embeddings": "embeddings are multiplied by embed_scale (1 / their initial standard "
-        "deviation unless set): --model.embed_scale 1 for no scaling, --model.embed_init paper "
-        "for the paper's table and √d_model",
+        "deviation unless set): set embed_scale to 1 for no scaling, or embed_init to paper for "
+        "the paper's table and √d_model",
     }
 
     def __post_init__(self) -> None:

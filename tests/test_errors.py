@@ -110,3 +110,24 @@ def test_no_float_field_takes_a_value_that_is_not_a_number(value):
         for name in float_fields(options):
             with pytest.raises(ConfigError, match=rf"^{axis}\.{name}={value} must be a finite"):
                 formers.config(kind, **{f"{axis}.{name}": value})
+
+
+def test_python_errors_name_settings_not_command_line_flags():
+    """Raised from Python as from the command line: they name the setting as `train.x`, a
+    form both take (--train.x and the override key), never a `--flag`."""
+    from formers.data.tokenizers import train_tokenizer
+    from formers.train.config import TrainConfig
+
+    messages = []
+    for bad in ({"weight_decay": -0.1}, {"log_every": 0}):
+        with pytest.raises(ConfigError) as error:
+            TrainConfig(**bad)
+        messages.append(str(error.value))
+    with pytest.raises(formers.FormersError) as error:
+        train_tokenizer("char", "abc\n").encode("abz")
+    messages.append(str(error.value))
+    with pytest.raises(ConfigError) as error:
+        formers.config("vanilla", scale_embeddings=False)
+    messages.append(str(error.value))
+    assert not any("--" in message for message in messages), messages
+    assert "train.tokenizer=byte" in messages[2]

@@ -69,8 +69,16 @@ def test_a_missing_device_is_named_before_anything_is_loaded(trained, capsys, co
 def test_training_on_a_missing_device_is_one_line_and_makes_no_folder(tmp_path, corpus, capsys):
     run = tmp_path / "run"
     code, _, err = train(capsys, run, corpus, "--train.device", "cuda")
-    assert code == 2 and "--train.device cuda" in err and "Traceback" not in err
+    assert code == 2 and "train.device cuda" in err and "Traceback" not in err
     assert not run.exists()
+    from formers.errors import FormersError
+    from formers.train.config import run_config
+    from formers.train.trainer import train as train_from_python
+
+    cfg = run_config("vanilla", {"train.device": "cuda", "train.corpus": str(corpus)})
+    with pytest.raises(FormersError, match="use train.device cpu") as error:
+        train_from_python(cfg, run)
+    assert "--" not in str(error.value)
 
 
 # --- 2. resume -------------------------------------------------------------------------------
@@ -209,7 +217,7 @@ def test_cli_errors_give_flags_not_python_advice(trained, tmp_path, corpus, caps
     for message in messages:
         assert message.startswith("error: ") and message.count("\n") == 1, message
         assert not any(advice in message for advice in PYTHON_ADVICE), message
-    assert "--train.tokenizer byte" in messages[0] and "--train.tokenizer byte" in messages[1]
+    assert "train.tokenizer=byte" in messages[0] and "train.tokenizer=byte" in messages[1]
 
 
 # --- 6. what the commands print ----------------------------------------------------------------
@@ -296,9 +304,7 @@ def test_eval_and_generate_take_a_checkpoint_step(trained, capsys):
     assert code == 0 and out
 
 
-def test_eval_of_a_folder_that_is_no_run_says_so_and_suggests_no_training_there(
-    tmp_path, capsys
-):
+def test_eval_of_a_folder_that_is_no_run_says_so_and_suggests_no_training_there(tmp_path, capsys):
     folder = tmp_path / "etc"
     folder.mkdir()
     (folder / "passwd").write_text("root:x:0:0\n")

@@ -108,8 +108,8 @@ class TrainConfig:
         for name in ("weight_decay", "grad_clip", "aux_loss_coef"):
             if getattr(self, name) < 0:
                 raise ConfigError(
-                    f"train.{name}={getattr(self, name)} must be 0 or more "
-                    f"(set --train.{name} to a value >= 0)"
+                    f"train.{name}={getattr(self, name)} must be 0 or more: set train.{name} to a "
+                    "value >= 0"
                 )
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
@@ -160,7 +160,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         why = f" ({_MEANING[name]})" if name in _MEANING else ""
         raise ConfigError(
-            f"train.{name}={value!r} must be {kind}{why}: set --train.{name} accordingly"
+            f"train.{name}={value!r} must be {kind}{why}: set train.{name} accordingly"
         )
 
 

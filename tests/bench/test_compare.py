@@ -10,6 +10,7 @@ from formers.bench import compare as compare_module
 from formers.bench.compare_spec import CompareSpec, spec_differences
 from formers.bench.run_metrics import crossing
 from formers.cli import main
+from formers.errors import FormersError
 from formers.train.metrics import MetricsLog, read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -153,7 +154,15 @@ def test_other_settings_in_an_existing_folder_are_refused(tmp_path, corpus, caps
     code = main(compare_args(out, corpus, "vanilla", "primer-ez", **{"model.d_model": 64}))
     err = capsys.readouterr().err
     assert code == 2
-    assert "model.d_model: 32 -> 64" in err and "another --out" in err
+    assert "model.d_model: 32 -> 64" in err and "or compare in another folder" in err
+    assert not (out / "runs").exists()
+    other = CompareSpec(
+        ("vanilla", "primer-ez"), corpus=str(corpus), overrides={**TINY, "model.d_model": 64}
+    )
+    with pytest.raises(FormersError) as error:  # from Python: no flag to pass
+        compare_module.run_compare(other, out, plots=False)
+    assert "or compare in another folder" in str(error.value)
+    assert "pick another --out" not in str(error.value)
     assert not (out / "runs").exists()
 
 
