@@ -146,6 +146,7 @@ def test_a_second_trainer_in_a_busy_folder_is_refused(trained, corpus, capsys):
         (trained / ".lock").write_text(json.dumps(owner))
         code, _, err = train(capsys, trained, corpus, "--resume", "--train.max_steps", "5")
         assert code == 2 and f"pid {holder.pid}" in err and "in use" in err
+        assert "or pick another run folder" in err  # raised in train(), from Python too
         assert read_metrics(trained, "train")[-1]["step"] == 3  # nothing was trained
     finally:
         holder.kill()

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sys
 
 import pytest
 
@@ -182,6 +183,16 @@ def test_spec_compares_resolved_values_and_guards_its_own_keys():
     with pytest.raises(Exception, match="--seeds"):
         CompareSpec(("vanilla",), overrides={"train.seed": 3})
     assert CompareSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(Exception, match=r"at least one seed, e\.g\. seeds=\(0,\)"):
+        CompareSpec(("vanilla",), seeds=())
+
+
+def test_missing_matplotlib_names_both_ways_to_leave_the_plots_out(monkeypatch):
+    from formers.bench.plots import pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(FormersError, match=r"--no-plots on the command line, plots=False in"):
+        pyplot()
 
 
 def test_crossing_interpolates_between_evals():
