@@ -7,6 +7,8 @@ This module parses the command line; each command's work is in `formers.commands
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from formers.bench.bench_cli import add_bench_parser
@@ -154,7 +156,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"formers data {args.action} needs a corpus name")
     keep_freed_memory()  # big per-step tensors reuse the heap instead of fresh pages
     try:
-        return args.func(args, extra)
+        code = args.func(args, extra)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:
+        # stdout's reader has gone (`formers presets | head -2`); training saved its checkpoint
+        # before printing its result, so nothing is lost. Exit as a process SIGPIPE stops does.
+        _discard_stdout()
+        return 128 + signal.SIGPIPE
     except FormersError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -163,6 +172,18 @@ def main(argv: list[str] | None = None) -> int:
         # here (bench, eval, generate, a download) has nothing half-written to keep
         print("\ninterrupted", file=sys.stderr)
         return 130
+
+
+def _discard_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so what is still buffered for the closed
+    pipe goes nowhere at exit instead of raising BrokenPipeError again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a file (a test's capture): nothing flushes it at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -227,11 +228,15 @@ class ModelConfig:
     # Fields of earlier versions, each with what replaces it (saved configs are translated).
     removed_fields: ClassVar[dict[str, str]] = {
         "scale_embeddings": "embeddings are multiplied by embed_scale (1 / their initial standard "
-        "deviation unless set): --model.embed_scale 1 for no scaling, --model.embed_init paper "
-        "for the paper's table and √d_model",
+        "deviation unless set): set embed_scale to 1 for no scaling, or embed_init to paper for "
+        "the paper's table and √d_model",
     }
 
     def __post_init__(self) -> None:
+        check_finite(self)
+        for name in ("attention", "ffn", "encoder_attention", "encoder_ffn"):
+            if getattr(self, name) is not None:
+                check_finite(getattr(self, name), prefix=f"{name}.")
         object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))
         _check_choice("arch", self.arch, ARCHS)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
@@ -422,6 +427,18 @@ def _as_cutoffs(value: Any) -> tuple[int, ...] | None:
             "[2000, 10000]"
         ) from None
     return cutoffs or None
+
+
+def check_finite(cfg: Any, prefix: str = "") -> None:
+    """Raise ConfigError for a NaN or infinite value in a float field of the dataclass `cfg`.
+
+    No float setting means anything at NaN or infinity, and NaN slips past every range check
+    written as a comparison (`nan < 0` is false), so it is refused here, once for all fields.
+    """
+    for item in dataclasses.fields(cfg):
+        value = getattr(cfg, item.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{prefix}{item.name}={value} must be a finite number")
 
 
 def _check_positive(name: str, value: Any) -> None:

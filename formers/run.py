@@ -34,21 +34,30 @@ class LoadedRun:
 
 
 def checkpoint_of(run_dir: Path, step: int | None = None) -> Path:
-    """The run's latest checkpoint, or the one of `step`."""
+    """The run's latest checkpoint, or the one of `step`.
+
+    Its errors name fixes that work from Python (`load_run`) and on the command line alike.
+    """
     if not run_dir.is_dir():
-        raise FormersError(f"no run folder at {run_dir}: give the --run-dir of a `formers train`")
+        raise FormersError(f"no run folder at {run_dir}: give the folder of a formers train run")
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
+        if not (run_dir / "config.json").exists() and not (run_dir / CHECKPOINTS_DIR).exists():
+            raise FormersError(
+                f"{run_dir} is not a run folder (no config.json or {CHECKPOINTS_DIR}/): give the "
+                "folder of a formers train run"
+            )
         raise FormersError(
-            f"{run_dir} holds no checkpoint yet: train it first (formers train --run-dir {run_dir})"
+            f"{run_dir} holds no checkpoint yet: train it first, or wait until its training "
+            "saves one"
         )
     if step is None:
         return checkpoint
     steps = checkpoint_steps(run_dir)
     if step not in steps:
         raise FormersError(
-            f"{run_dir} has no checkpoint of step {step}: use --checkpoint "
-            f"{' or '.join(map(str, steps))} (or leave it out for the latest)"
+            f"{run_dir} has no checkpoint of step {step}: use checkpoint "
+            f"{' or '.join(map(str, steps))}, or leave it out for the latest"
         )
     return run_dir / CHECKPOINTS_DIR / f"step_{step:06d}"
 

@@ -1,6 +1,8 @@
 """`formers train → eval → generate → train --resume` end to end, as a user runs them."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -133,3 +135,28 @@ def test_train_on_an_unknown_corpus_leaves_no_run_folder(tmp_path):
     result = formers("train", "--train.corpus", corpus, "--run-dir", run, *TINY, check=False)
     assert result.returncode == 2 and "unknown corpus" in result.stderr
     assert not run.exists()
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_closed_stdout_ends_the_command_quietly(unbuffered):
+    """`formers presets | head -1`: the reader is gone before the output is written (buffered:
+    at the interpreter's final flush; unbuffered: at the first print). No traceback, and no
+    'Exception ignored' at exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "formers", "presets"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""
+    assert result.returncode == 128 + signal.SIGPIPE

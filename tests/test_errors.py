@@ -1,5 +1,9 @@
 """User mistakes fail early with a message that names the problem and the fix."""
 
+import dataclasses
+import math
+import typing
+
 import pytest
 import torch
 from helpers import tiny_config
@@ -80,3 +84,50 @@ def test_targets_must_match_inputs():
     model = formers.build(tiny_config("vanilla"))
     with pytest.raises(InputError, match="targets have shape"):
         model(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 3, dtype=torch.long))
+
+
+def float_fields(cls) -> list[str]:
+    """The fields of dataclass `cls` typed float or float | None."""
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    return [f.name for f in fields if float in (hints[f.name], *typing.get_args(hints[f.name]))]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_no_float_field_takes_a_value_that_is_not_a_number(value):
+    """NaN passes every range check written as a comparison (nan < 0 is false): each float field
+    of the model, its attention and feed-forward, and of training refuses it, and infinities."""
+    from formers.train.config import TrainConfig
+
+    for name in float_fields(formers.ModelConfig):
+        with pytest.raises(ConfigError, match=rf"^{name}={value} must be a finite number"):
+            formers.config("vanilla", **{name: value})
+    for name in float_fields(TrainConfig):
+        with pytest.raises(ConfigError, match=rf"^train\.{name}={value} must be a finite number"):
+            TrainConfig(**{name: value})
+    for axis, kind in (("attention", "routing"), ("ffn", "switch")):
+        options = type(formers.config(kind).__getattribute__(axis))
+        for name in float_fields(options):
+            with pytest.raises(ConfigError, match=rf"^{axis}\.{name}={value} must be a finite"):
+                formers.config(kind, **{f"{axis}.{name}": value})
+
+
+def test_python_errors_name_settings_not_command_line_flags():
+    """Raised from Python as from the command line: they name the setting as `train.x`, a
+    form both take (--train.x and the override key), never a `--flag`."""
+    from formers.data.tokenizers import train_tokenizer
+    from formers.train.config import TrainConfig
+
+    messages = []
+    for bad in ({"weight_decay": -0.1}, {"log_every": 0}):
+        with pytest.raises(ConfigError) as error:
+            TrainConfig(**bad)
+        messages.append(str(error.value))
+    with pytest.raises(formers.FormersError) as error:
+        train_tokenizer("char", "abc\n").encode("abz")
+    messages.append(str(error.value))
+    with pytest.raises(ConfigError) as error:
+        formers.config("vanilla", scale_embeddings=False)
+    messages.append(str(error.value))
+    assert not any("--" in message for message in messages), messages
+    assert "train.tokenizer=byte" in messages[2]

@@ -69,8 +69,16 @@ def test_a_missing_device_is_named_before_anything_is_loaded(trained, capsys, co
 def test_training_on_a_missing_device_is_one_line_and_makes_no_folder(tmp_path, corpus, capsys):
     run = tmp_path / "run"
     code, _, err = train(capsys, run, corpus, "--train.device", "cuda")
-    assert code == 2 and "--train.device cuda" in err and "Traceback" not in err
+    assert code == 2 and "train.device cuda" in err and "Traceback" not in err
     assert not run.exists()
+    from formers.errors import FormersError
+    from formers.train.config import run_config
+    from formers.train.trainer import train as train_from_python
+
+    cfg = run_config("vanilla", {"train.device": "cuda", "train.corpus": str(corpus)})
+    with pytest.raises(FormersError, match="use train.device cpu") as error:
+        train_from_python(cfg, run)
+    assert "--" not in str(error.value)
 
 
 # --- 2. resume -------------------------------------------------------------------------------
@@ -138,6 +146,7 @@ def test_a_second_trainer_in_a_busy_folder_is_refused(trained, corpus, capsys):
         (trained / ".lock").write_text(json.dumps(owner))
         code, _, err = train(capsys, trained, corpus, "--resume", "--train.max_steps", "5")
         assert code == 2 and f"pid {holder.pid}" in err and "in use" in err
+        assert "or pick another run folder" in err  # raised in train(), from Python too
         assert read_metrics(trained, "train")[-1]["step"] == 3  # nothing was trained
     finally:
         holder.kill()
@@ -166,12 +175,31 @@ def test_a_start_that_fails_after_the_folder_is_made_leaves_no_folder(tmp_path, 
         ("warmup_steps", "-1"),
         ("weight_decay", "-0.1"),
         ("grad_clip", "-1"),
+        ("lr", "0"),
+        ("lr", "-1e-3"),
+        ("lr", "nan"),
+        ("lr", "inf"),
+        ("weight_decay", "nan"),
+        ("grad_clip", "inf"),
+        ("aux_loss_coef", "nan"),
     ],
 )
 def test_a_bad_training_field_is_refused_before_training(tmp_path, corpus, capsys, field, value):
     run = tmp_path / "run"
     code, _, err = train(capsys, run, corpus, f"--train.{field}", value)
-    assert code == 2 and f"train.{field}" in err and "Traceback" not in err
+    assert code == 2 and f"train.{field}" in err and err.count("\n") == 1
+    assert not run.exists()
+
+
+def test_a_misspelt_section_of_a_config_file_is_named(tmp_path, corpus, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  d_model: 32\ntrian:\n  lr: 0.01\n")
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, "--config", config)
+    assert code == 2 and err == (
+        f"error: unknown section 'trian' in {config} (did you mean 'train'?): the sections are "
+        "preset, model, train\n"
+    )
     assert not run.exists()
 
 
@@ -190,7 +218,7 @@ def test_cli_errors_give_flags_not_python_advice(trained, tmp_path, corpus, caps
     for message in messages:
         assert message.startswith("error: ") and message.count("\n") == 1, message
         assert not any(advice in message for advice in PYTHON_ADVICE), message
-    assert "--train.tokenizer byte" in messages[0] and "--train.tokenizer byte" in messages[1]
+    assert "train.tokenizer=byte" in messages[0] and "train.tokenizer=byte" in messages[1]
 
 
 # --- 6. what the commands print ----------------------------------------------------------------
@@ -205,6 +233,25 @@ def test_train_prints_one_json_result_on_stdout_and_why_it_stopped(tmp_path, cor
         "1s",
     )  # fmt: skip
     assert json.loads(out)["stopped"] == "time_budget" and "time budget ran out" in err
+
+
+class ClosedPipe:
+    """A stdout whose reader has gone (`formers train ... | head -c 20`)."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_train_on_a_closed_stdout_keeps_its_checkpoint(tmp_path, corpus, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    run = tmp_path / "run"
+    code, _, err = train(capsys, run, corpus, "--train.max_steps", "2")
+    assert code == 141 and "Traceback" not in err
+    assert (run / "checkpoints" / "step_000002").is_dir()
+    assert "stopped at step 2: reached max_steps" in err
 
 
 def test_word_level_generation_spaces_its_words_and_names_unknown_ones(tmp_path, capsys):
@@ -222,18 +269,69 @@ def test_word_level_generation_spaces_its_words_and_names_unknown_ones(tmp_path,
 
 def test_generate_checks_its_options_before_printing_anything(trained, capsys):
     code, out, err = run_cli(capsys, "generate", trained, "--prompt", "to be", "--top-p", "2")
-    assert code == 2 and out == "" and "top_p" in err
+    assert code == 2 and out == "" and "--top-p 2.0 must be in (0, 1]" in err
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--top-k", "0", "--top-k 0 must be at least 1: leave out --top-k to keep every token"),
+        ("--top-p", "0", "--top-p 0.0 must be in (0, 1]: leave out --top-p to keep every token"),
+    ],
+)
+def test_generate_advises_flags_and_python_arguments_where_each_is_given(
+    trained, capsys, flag, value, message
+):
+    code, out, err = run_cli(capsys, "generate", trained, flag, value)
+    assert code == 2 and out == "" and err == f"error: {message}\n"
+    import formers
+    from formers.infer import generate
+
+    name = flag[2:].replace("-", "_")
+    given = int(value) if name == "top_k" else float(value)
+    with pytest.raises(formers.InputError) as error:
+        generate(formers.load_run(trained).model, [1], 3, **{name: given})
+    assert "or None to keep every token" in str(error.value) and "--" not in str(error.value)
 
 
 def test_eval_and_generate_take_a_checkpoint_step(trained, capsys):
     code, out, _ = run_cli(capsys, "eval", trained, "--checkpoint", "2", "--max-tokens", "50")
     assert code == 0 and json.loads(out)["step"] == 2
     code, _, err = run_cli(capsys, "generate", trained, "--checkpoint", "7")
-    assert code == 2 and "--checkpoint 2 or 3" in err
+    assert code == 2 and "use checkpoint 2 or 3, or leave it out for the latest" in err
     code, out, _ = run_cli(
         capsys, "generate", trained, "--checkpoint", "2", "--max-new-tokens", "3"
     )
     assert code == 0 and out
+
+
+def test_eval_of_a_folder_that_is_no_run_says_so_and_suggests_no_training_there(tmp_path, capsys):
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    (folder / "passwd").write_text("root:x:0:0\n")
+    code, _, err = run_cli(capsys, "eval", folder)
+    assert code == 2 and err == (
+        f"error: {folder} is not a run folder (no config.json or checkpoints/): give the "
+        "folder of a formers train run\n"
+    )
+    (folder / "config.json").write_text("{}")  # a run whose training has saved nothing yet
+    code, _, err = run_cli(capsys, "eval", folder)
+    assert code == 2 and f"{folder} holds no checkpoint yet: train it first" in err
+
+
+def test_load_run_names_fixes_a_python_caller_can_apply(trained, tmp_path):
+    """The messages `formers eval` prints, raised from Python, name no command-line flag."""
+    import formers
+
+    messages = []
+    for folder, step in ((tmp_path / "missing", None), (tmp_path, None), (trained, 7)):
+        with pytest.raises(formers.FormersError) as error:
+            formers.load_run(folder, checkpoint=step)
+        messages.append(str(error.value))
+    assert "give the folder of a formers train run" in messages[0]
+    assert f"{tmp_path} is not a run folder" in messages[1]
+    assert "use checkpoint 2 or 3, or leave it out for the latest" in messages[2]
+    assert not any("--" in message for message in messages), messages
 
 
 def test_eval_shows_progress_on_stderr_only(trained, capsys):
@@ -290,3 +388,12 @@ def test_scale_tied_output_without_a_tied_output_is_refused():
 
     with pytest.raises(ConfigError, match="scale_tied_output scales the tied output projection"):
         formers.config("vanilla", scale_tied_output=True, tie_embeddings=False)
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--model.norm_eps", "inf"), ("--model.attention.commitment", "nan")]
+)
+def test_a_model_field_that_is_not_a_number_is_one_line(capsys, flag, value):
+    code, out, err = run_cli(capsys, "config", "routing", flag, value)
+    assert code == 2 and not out
+    assert err == f"error: {flag[8:]}={value} must be a finite number\n"

@@ -178,7 +178,7 @@ def test_translate_refuses_a_language_model(tmp_path, capsys):
     ]
     assert formers(capsys, *args)[0] == 0
     code, _, err = formers(capsys, "translate", run, "--beam", "1")
-    assert code == 2 and "use formers generate" in err
+    assert code == 2 and f"continue text with formers generate {run}" in err
     code, _, err = formers(capsys, "eval", run, "--beam", "2", "--source", text)
     assert code == 2 and "holds a language model, which --beam, --source do not apply" in err
 
@@ -188,3 +188,26 @@ def test_eval_of_a_translation_run_refuses_language_model_flags(trained, capsys)
     code, _, err = formers(capsys, "eval", run, "--seq-len", "5", "--context-len", "2")
     assert code == 2 and "--seq-len, --context-len do not apply" in err
     assert err.count("\n") == 1
+
+
+def test_generate_on_a_translation_run_names_formers_translate(trained, capsys):
+    run, _ = trained
+    code, out, err = formers(capsys, "generate", run)
+    assert code == 2 and not out and err.count("\n") == 1
+    assert f"translate with formers translate {run}" in err
+
+
+def test_translate_and_generate_send_a_masked_lm_to_formers_eval(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("".join(f"line {i}\n" for i in range(200)))
+    run = tmp_path / "mlm"
+    args = ["train", "--preset", "bert", "--run-dir", run, "--train.corpus", text]
+    args += ["--model.n_layers", "1", "--model.d_model", "16", "--model.n_heads", "2"]
+    args += ["--model.d_ff", "16", "--train.seq_len", "8", "--train.batch_size", "2"]
+    args += ["--train.max_steps", "1", "--train.eval_every", "0", "--no-progress"]
+    assert formers(capsys, *args)[0] == 0
+    for command in ("translate", "generate"):
+        code, out, err = formers(capsys, command, run)
+        assert code == 2 and not out and err.count("\n") == 1
+        assert f"score it with formers eval {run}" in err
+        assert "use formers generate" not in err

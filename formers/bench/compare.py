@@ -50,13 +50,13 @@ def check_folder(spec: CompareSpec, out: Path) -> bool:
         diffs = spec_differences(saved, spec)
         if diffs:
             raise FormersError(
-                f"{out} holds a comparison with other settings ({'; '.join(diffs)}). "
-                f"Continue it with its own command ({saved.command()} --out {out}), "
-                "or pick another --out"
+                f"{out} holds a comparison with other settings ({'; '.join(diffs)}): continue "
+                f"it with its own settings ({saved.command()} --out {out} on the command line), "
+                "or compare in another folder"
             )
         return True
     if (out / RUNS_DIR).exists():
-        raise FormersError(f"{out} holds runs but no {SPEC_FILE}: pick another --out")
+        raise FormersError(f"{out} holds runs but no {SPEC_FILE}: compare in another folder")
     return False
 
 

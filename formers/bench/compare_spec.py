@@ -58,7 +58,7 @@ class CompareSpec:
             if repeated:
                 raise ConfigError(f"{what} {', '.join(repeated)} is listed twice: list it once")
         if not self.seeds:
-            raise ConfigError("compare needs at least one seed, e.g. --seeds 0")
+            raise ConfigError("compare needs at least one seed, e.g. seeds=(0,)")
         archs = {name: PRESETS[name]().arch for name in self.presets}
         if len(set(archs.values())) > 1:
             listed = ", ".join(f"{name} ({arch})" for name, arch in archs.items())

@@ -20,7 +20,8 @@ def pyplot():
         import matplotlib
     except ImportError:
         raise FormersError(
-            "plots need matplotlib: pip install 'formers[plots]' (or pass --no-plots)"
+            "plots need matplotlib: pip install 'formers[plots]', or leave the plots out "
+            "(--no-plots on the command line, plots=False in Python)"
         ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -38,7 +38,13 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         return cmd_eval_translation(args)
     refuse_flags(args, TRANSLATION_EVAL_DEFAULTS, "a language model")
     device = resolve_device(args.device)  # before anything is loaded
-    changes = runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
+    model = read_run_config(args.run, args.checkpoint).model
+    if model.arch == "encoder" and args.context_len:
+        raise FormersError(
+            f"{args.run} holds a masked LM, which sees its whole window both ways: leave "
+            "--context-len out (or change --seq-len)"
+        )
+    changes = runtime_changes(args, model)
     run = load_run(args.run, device, runtime=changes, checkpoint=args.checkpoint)
     corpus = corpus_of(run, args.data_dir)
     if args.split not in corpus.splits:

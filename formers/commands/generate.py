@@ -15,12 +15,17 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.run import load_run
     from formers.train.evaluate import carries_memory
 
+    _check_truncation_flags(args)
     device = resolve_device(args.device)  # before anything is loaded
     run = load_run(args.run, device, checkpoint=args.checkpoint)
     if run.config.model.arch != "decoder":
+        what_works = {
+            "encoder_decoder": f"a translation model: translate with formers translate {args.run}",
+            "encoder": f"a masked language model: score it with formers eval {args.run}",
+        }
         raise FormersError(
-            f"{args.run} is arch={run.config.model.arch!r} (a masked LM or a translation model): "
-            "formers generate samples causal language models; evaluate it with formers eval"
+            f"{args.run} holds {what_works[run.config.model.arch]} (formers generate continues "
+            "text with causal language models)"
         )
     tokenizer = run.tokenizer
     prompt = tokenizer.encode_prompt(args.prompt)
@@ -63,3 +68,16 @@ def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
             printed = text
     print(tokenizer.decode(ids)[len(printed) :])
     return 0
+
+
+def _check_truncation_flags(args: argparse.Namespace) -> None:
+    """--top-k and --top-p, checked here because generate()'s own errors offer None, which a
+    command line cannot give: leaving the flag out is how it says none."""
+    if args.top_k is not None and args.top_k < 1:
+        raise FormersError(
+            f"--top-k {args.top_k} must be at least 1: leave out --top-k to keep every token"
+        )
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise FormersError(
+            f"--top-p {args.top_p} must be in (0, 1]: leave out --top-p to keep every token"
+        )

@@ -15,8 +15,11 @@ from typing import Any
 
 import yaml
 
+from formers.config import did_you_mean
 from formers.errors import FormersError
 from formers.overrides import flatten, parse_overrides
+
+SECTIONS = ("preset", "model", "train")  # of a --config file
 
 
 def read_yaml(path: str) -> dict[str, Any]:
@@ -29,6 +32,12 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise FormersError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise FormersError(f"{path} must hold a mapping like 'model: {{d_model: 256}}'")
+    for section in data:
+        if section not in SECTIONS:
+            raise FormersError(
+                f"unknown section {section!r} in {path}{did_you_mean(str(section), SECTIONS)}: "
+                f"the sections are {', '.join(SECTIONS)}"
+            )
     return data
 
 

@@ -172,13 +172,16 @@ def _lines(source: str | None) -> list[str]:
 def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
     """Translate the input, one sentence a line, to stdout (blank lines stay blank)."""
     from formers.infer.translate import translate
-    from formers.run import load_run
+    from formers.run import load_run, read_run_config
 
     search = _search(args)
-    if not is_translation_run(args.run):
-        raise FormersError(
-            f"{args.run} holds a language model, not a translation model: use formers generate"
-        )
+    arch = read_run_config(args.run).model.arch
+    if arch != "encoder_decoder":
+        what, works = {
+            "decoder": ("a causal language model", "continue text with formers generate"),
+            "encoder": ("a masked language model", "score it with formers eval"),
+        }[arch]
+        raise FormersError(f"{args.run} holds {what}, not a translation model: {works} {args.run}")
     args.device = resolve_device(args.device)
     run = load_run(args.run, args.device, checkpoint=args.checkpoint)
     lines = _lines(args.input)

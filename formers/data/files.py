@@ -92,7 +92,7 @@ def decode_utf8(data: bytes, source: str | Path, offset: int = 0) -> str:
             f"{source}: not valid UTF-8 at byte offset {offset + e.start} "
             f"(byte 0x{data[e.start]:02x}). "
             "Word, character and BPE tokenizers need UTF-8 text: use the byte tokenizer "
-            "(--train.tokenizer byte) for arbitrary bytes, or re-encode the file as UTF-8."
+            "(train.tokenizer=byte) for arbitrary bytes, or re-encode the file as UTF-8."
         ) from None
 
 

@@ -139,7 +139,7 @@ class CharTokenizer(Tokenizer):
                     f"character {text[pos]!r} (U+{ord(text[pos]):04X}) at position {pos} is not in "
                     f"the character vocabulary ({self.vocab_size} characters learned from the "
                     "training text): use only characters that text has, or train with the byte "
-                    "tokenizer (--train.tokenizer byte)"
+                    "tokenizer (train.tokenizer=byte)"
                 )
             ids[missing] = self.index[self.unk]
         return torch.from_numpy(ids)

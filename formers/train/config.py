@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from formers.config import ModelConfig
+from formers.config import ModelConfig, check_finite
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.presets import config, config_from_dict, override
@@ -93,6 +93,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
 
     def __post_init__(self) -> None:
+        check_finite(self, prefix="train.")
         positive = (
             "batch_size", "seq_len", "grad_accum", "max_steps", "eval_batch_size", "log_every",
             "keep_checkpoints",
@@ -107,8 +108,8 @@ class TrainConfig:
         for name in ("weight_decay", "grad_clip", "aux_loss_coef"):
             if getattr(self, name) < 0:
                 raise ConfigError(
-                    f"train.{name}={getattr(self, name)} must be 0 or more "
-                    f"(set --train.{name} to a value >= 0)"
+                    f"train.{name}={getattr(self, name)} must be 0 or more: set train.{name} to a "
+                    "value >= 0"
                 )
         if not 0 <= self.min_lr_ratio <= 1:
             raise ConfigError(f"train.min_lr_ratio={self.min_lr_ratio} must be in [0, 1]")
@@ -159,7 +160,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
         why = f" ({_MEANING[name]})" if name in _MEANING else ""
         raise ConfigError(
-            f"train.{name}={value!r} must be {kind}{why}: set --train.{name} accordingly"
+            f"train.{name}={value!r} must be {kind}{why}: set train.{name} accordingly"
         )
 
 

@@ -46,7 +46,7 @@ def setup(device: str = "auto") -> Distributed:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    chosen = resolve_device(device, "--train.device", local_rank)
+    chosen = resolve_device(device, "train.device", local_rank)
     if world_size > 1 and not dist.is_initialized():
         if chosen.type == "cuda":
             torch.cuda.set_device(chosen)

@@ -23,7 +23,7 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     processes (a note on stderr when it changes and `tell`).
 
     Raises:
-        FormersError: the streams cannot be shared evenly, or --train.batch_size asks for
+        FormersError: the streams cannot be shared evenly, or train.batch_size asks for
             another number of them.
     """
     data = saved.data_state
@@ -32,7 +32,7 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     if "batch_size" not in data:  # batches dealt out in turn (translation), not streams
         if data["world_size"] != world_size:
             raise FormersError(
-                f"--resume: this run deals its batches to {_processes(data['world_size'])} in "
+                f"resuming: this run deals its batches to {_processes(data['world_size'])} in "
                 f"turn and cannot continue them on {_processes(world_size)}: resume it on "
                 f"{data['world_size']} (torchrun --nproc_per_node={data['world_size']})"
             )
@@ -41,7 +41,7 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     streams = saved_rows * saved_world
     if streams % world_size:
         raise FormersError(
-            f"--resume: the run reads {streams} streams ({saved_world} processes x "
+            f"resuming: the run reads {streams} streams ({saved_world} processes x "
             f"train.batch_size {saved_rows}), which {_processes(world_size)} cannot share "
             f"evenly: resume on a number of processes that divides {streams}"
         )
@@ -49,8 +49,9 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     asked = cfg.train.batch_size
     if asked not in (saved_rows, rows):
         raise FormersError(
-            f"--resume on {_processes(world_size)} continues the run's {streams} streams with "
-            f"train.batch_size {rows} per process, not {asked}: leave --train.batch_size out"
+            f"resumed on {_processes(world_size)}, the run's {streams} streams continue with "
+            f"train.batch_size {rows} per process, not {asked}: set train.batch_size to "
+            f"{saved_rows} (the run's) or {rows}"
         )
     if asked == rows:
         return cfg

@@ -52,7 +52,7 @@ class RunLock:
                         f"{self.path.parent} is in use by another `formers train` (pid "
                         f"{owner.get('pid')} on {owner.get('host')}, since "
                         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(owner.get('since', 0)))})"
-                        f": wait for it to end, or pick another --run-dir; if that process is "
+                        f": wait for it to end, or pick another run folder; if that process is "
                         f"gone, delete {self.path}"
                     ) from None
                 self.path.unlink(missing_ok=True)  # stale: its process is gone

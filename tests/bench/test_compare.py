@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import sys
 
 import pytest
 
@@ -10,6 +11,7 @@ from formers.bench import compare as compare_module
 from formers.bench.compare_spec import CompareSpec, spec_differences
 from formers.bench.run_metrics import crossing
 from formers.cli import main
+from formers.errors import FormersError
 from formers.train.metrics import MetricsLog, read_metrics
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -153,7 +155,15 @@ def test_other_settings_in_an_existing_folder_are_refused(tmp_path, corpus, caps
     code = main(compare_args(out, corpus, "vanilla", "primer-ez", **{"model.d_model": 64}))
     err = capsys.readouterr().err
     assert code == 2
-    assert "model.d_model: 32 -> 64" in err and "another --out" in err
+    assert "model.d_model: 32 -> 64" in err and "or compare in another folder" in err
+    assert not (out / "runs").exists()
+    other = CompareSpec(
+        ("vanilla", "primer-ez"), corpus=str(corpus), overrides={**TINY, "model.d_model": 64}
+    )
+    with pytest.raises(FormersError) as error:  # from Python: no flag to pass
+        compare_module.run_compare(other, out, plots=False)
+    assert "or compare in another folder" in str(error.value)
+    assert "pick another --out" not in str(error.value)
     assert not (out / "runs").exists()
 
 
@@ -173,6 +183,16 @@ def test_spec_compares_resolved_values_and_guards_its_own_keys():
     with pytest.raises(Exception, match="--seeds"):
         CompareSpec(("vanilla",), overrides={"train.seed": 3})
     assert CompareSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(Exception, match=r"at least one seed, e\.g\. seeds=\(0,\)"):
+        CompareSpec(("vanilla",), seeds=())
+
+
+def test_missing_matplotlib_names_both_ways_to_leave_the_plots_out(monkeypatch):
+    from formers.bench.plots import pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    with pytest.raises(FormersError, match=r"--no-plots on the command line, plots=False in"):
+        pyplot()
 
 
 def test_crossing_interpolates_between_evals():

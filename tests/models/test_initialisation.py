@@ -164,5 +164,5 @@ def test_a_run_saved_before_embed_init_loads_with_the_scale_it_was_trained_with(
 def test_the_removed_scale_embeddings_flag_names_what_replaced_it():
     from formers.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=r"'scale_embeddings' is gone.*--model.embed_scale 1"):
+    with pytest.raises(ConfigError, match=r"'scale_embeddings' is gone.*set embed_scale to 1"):
         formers.config("vanilla", scale_embeddings=False)

@@ -15,7 +15,7 @@ from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.data.tokenizers import train_tokenizer
 from formers.train import trainer
 from formers.train.config import run_config
-from formers.train.tasks import TASKS
+from formers.train.tasks import TASKS, task_for
 from formers.train.tasks.masked_lm import MaskedLMTask, eval_windows, evaluate_masked
 
 VOCAB = MaskedVocab(50)
@@ -199,7 +199,12 @@ def test_a_masked_lm_trains_and_formers_eval_reports_it(corpus_file, tmp_path, c
     report = json.loads(capsys.readouterr().out)
     assert report["tokens"] > 0 and 0 <= report["accuracy"] <= 1
     assert main(["eval", str(tmp_path / "run"), "--context-len", "8"]) == 2
-    assert "context-len" in capsys.readouterr().err
+    assert "leave --context-len out" in capsys.readouterr().err
+    run = formers.load_run(tmp_path / "run")
+    task = task_for(run.config, data=formers.run.corpus_of(run))
+    with pytest.raises(formers.FormersError) as error:
+        task.evaluate(run.model, "valid", context_len=8)
+    assert "leave context_len at 0" in str(error.value) and "--" not in str(error.value)
     assert main(["generate", str(tmp_path / "run")]) == 2
     assert "masked" in capsys.readouterr().err
 

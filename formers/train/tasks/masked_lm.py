@@ -234,8 +234,9 @@ class MaskedLMTask(Task):
         """
         if context_len:
             raise FormersError(
-                "--context-len adds left context to a causal LM's windows; a masked LM sees its "
-                "whole window both ways: leave --context-len out (or change --seq-len)"
+                f"context_len={context_len}: left context is for a causal LM's windows, and a "
+                "masked LM sees its whole window both ways: leave context_len at 0 (or change "
+                "seq_len)"
             )
         tc = self.cfg.train
         return evaluate_masked(
