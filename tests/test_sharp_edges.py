@@ -290,3 +290,10 @@ def test_scale_tied_output_without_a_tied_output_is_refused():
 
     with pytest.raises(ConfigError, match="scale_tied_output scales the tied output projection"):
         formers.config("vanilla", scale_tied_output=True, tie_embeddings=False)
+
+
+@pytest.mark.parametrize("budget", ["0", "0s", "0m", "0h0m", "-5m", "-1"])
+def test_a_time_budget_that_is_not_positive_is_refused(capsys, budget):
+    code, out, err = run_cli(capsys, "config", "vanilla", f"--train.time_budget={budget}")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "train.time_budget must be positive" in err and "leave it out for no limit" in err

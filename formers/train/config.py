@@ -164,7 +164,10 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in "90", "90s", "20m", "1.5h" or "1h30m"."""
+    """Seconds in "90", "90s", "20m", "1.5h" or "1h30m"; a budget of 0 or less is refused (it
+    would stop training after its first step)."""
+    if str(text).strip().startswith("-"):
+        raise ConfigError(_NOT_POSITIVE)
     parts = re.fullmatch(
         r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", str(text)
     )
@@ -173,7 +176,13 @@ def parse_duration(text: str) -> float:
             f"train.time_budget={text!r} is not a duration: write e.g. '90s', '20m' or '1h30m'"
         )
     hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(_NOT_POSITIVE)
+    return total
+
+
+_NOT_POSITIVE = "train.time_budget must be positive, e.g. 20m; leave it out for no limit"
 
 
 @dataclass(frozen=True)
