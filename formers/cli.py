@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from formers import __version__
 from formers.bench.bench_cli import add_bench_parser
 from formers.bench.compare_cli import add_compare_parser
 from formers.commands.config import cmd_config, cmd_presets
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="formers", description="Train, evaluate and sample Transformer-family models."
     )
+    parser.add_argument("--version", action="version", version=f"formers {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -297,3 +298,17 @@ def test_a_time_budget_that_is_not_positive_is_refused(capsys, budget):
     code, out, err = run_cli(capsys, "config", "vanilla", f"--train.time_budget={budget}")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "train.time_budget must be positive" in err and "leave it out for no limit" in err
+
+
+def test_version_prints_the_packages_one_version(capsys):
+    import formers
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"formers {formers.__version__}\n"
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(cli.__file__).parents[1] / "pyproject.toml").read_text())
+    # the package metadata takes its version from formers.__version__, so the two cannot differ
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "formers.__version__"}
