@@ -312,3 +312,24 @@ def test_version_prints_the_packages_one_version(capsys):
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
     assert dynamic == {"attr": "formers.__version__"}
+
+
+@pytest.mark.parametrize(
+    "word, value",
+    [(w, True) for w in ("true", "1", "yes", "on", "True", "ON")]
+    + [(w, False) for w in ("false", "0", "no", "off", "False", "OFF")],
+)
+def test_a_yes_or_no_flag_reads_every_spelling(capsys, word, value):
+    # the defaults are true and false, so a word read the wrong way (or ignored) fails one
+    code, out, _ = run_cli(
+        capsys, "config", "vanilla", "--model.tie_embeddings", word, "--train.compile", word
+    )
+    config = json.loads(out)
+    assert code == 0 and config["model"]["tie_embeddings"] is value
+    assert config["train"]["compile"] is value
+
+
+def test_a_yes_or_no_flag_refuses_other_words_in_one_line(capsys):
+    code, out, err = run_cli(capsys, "config", "vanilla", "--model.tie_embeddings", "maybe")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "tie_embeddings='maybe'" in err and "true or false" in err
