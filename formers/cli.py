@@ -151,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_overrides", False):
-        parser.error(f"unrecognised arguments: {' '.join(extra)}")
+        words = " ".join(extra)
+        print(
+            f"error: formers {args.command} does not take {words}: see formers {args.command} "
+            "--help",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "data" and args.action in ("get", "info") and not args.name:
         parser.error(f"formers data {args.action} needs a corpus name")
     keep_freed_memory()  # big per-step tensors reuse the heap instead of fresh pages

@@ -333,3 +333,24 @@ def test_a_yes_or_no_flag_refuses_other_words_in_one_line(capsys):
     code, out, err = run_cli(capsys, "config", "vanilla", "--model.tie_embeddings", "maybe")
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "tie_embeddings='maybe'" in err and "true or false" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "RUN"],
+        ["generate", "RUN"],
+        ["translate", "RUN"],
+        ["average", "RUN"],
+        ["convert", "RUN"],
+        ["data", "list"],
+        ["data", "info", "ptb"],
+        ["presets"],
+    ],
+)
+def test_an_unknown_flag_is_one_line_naming_it(tmp_path, capsys, command):
+    argv = [str(tmp_path / "run") if word == "RUN" else word for word in command]
+    code, out, err = run_cli(capsys, *argv, "--bogus", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: ") and "--bogus 1" in err
+    assert f"formers {command[0]} --help" in err
