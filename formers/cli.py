@@ -16,6 +16,7 @@ from formers.commands.config import cmd_config, cmd_presets
 from formers.commands.convert import cmd_convert
 from formers.commands.data import cmd_data
 from formers.commands.evaluate import LM_EVAL_DEFAULTS, cmd_eval
+from formers.commands.flags import GivenFlag
 from formers.commands.generate import cmd_generate
 from formers.commands.train import cmd_train
 from formers.commands.translate import add_translate_parsers, add_translation_eval_flags
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seq-len",
         "--tgt-len",
         type=int,
+        action=GivenFlag,
         help="tokens scored per window, or per segment of a model with memory (default: "
         "training's)",
     )
@@ -72,12 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--context-len",
         type=int,
         default=LM_EVAL_DEFAULTS["context_len"],
+        action=GivenFlag,
         help="extra left context per window",
     )
     p.add_argument(
         "--batch-size",
         type=int,
         default=LM_EVAL_DEFAULTS["batch_size"],
+        action=GivenFlag,
         help="windows or streams per pass",
     )
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")

@@ -354,3 +354,14 @@ def test_an_unknown_flag_is_one_line_naming_it(tmp_path, capsys, command):
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert err.startswith("error: ") and "--bogus 1" in err
     assert f"formers {command[0]} --help" in err
+
+
+@pytest.mark.parametrize(
+    "flags", [["--beam", "4"], ["--alpha", "0.6"], ["--precision", "fp32"], ["--max-len-b", "50"]]
+)
+def test_eval_of_a_language_model_refuses_a_translation_flag_even_at_its_default(
+    trained, capsys, flags
+):
+    code, out, err = run_cli(capsys, "eval", trained, *flags)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"holds a language model, which {flags[0]} does not apply to" in err

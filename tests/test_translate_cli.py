@@ -188,3 +188,15 @@ def test_eval_of_a_translation_run_refuses_language_model_flags(trained, capsys)
     code, _, err = formers(capsys, "eval", run, "--seq-len", "5", "--context-len", "2")
     assert code == 2 and "--seq-len, --context-len do not apply" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "flags", [["--context-len", "0"], ["--batch-size", "16"], ["--tgt-len", "5"]]
+)
+def test_eval_of_a_translation_run_refuses_a_language_model_flag_even_at_its_default(
+    trained, capsys, flags
+):
+    run, _ = trained
+    code, _, err = formers(capsys, "eval", run, *flags)
+    assert code == 2 and err.count("\n") == 1
+    assert f"holds a translation model, which {flags[0]} does not apply to" in err

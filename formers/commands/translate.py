@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
 
@@ -40,29 +41,39 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     """--beam, --alpha, --max-len-b, --batch-tokens and --precision."""
     group = parser.add_argument_group("translation search (encoder-decoder runs)")
     group.add_argument(
-        "--beam", type=int, default=DEFAULT_BEAM, help="beam size K; 1 is greedy search"
+        "--beam",
+        type=int,
+        default=DEFAULT_BEAM,
+        action=GivenFlag,
+        help="beam size K; 1 is greedy search",
     )
     group.add_argument(
         "--alpha",
         "--length-penalty",
         type=float,
         default=DEFAULT_ALPHA,
+        action=GivenFlag,
         help="length penalty exponent α of ((5 + |y|) / 6)^α",
     )
     group.add_argument(
         "--max-len-b",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["max_len_b"],
+        action=GivenFlag,
         help="outputs stop at source length + this many tokens",
     )
     group.add_argument(
         "--batch-tokens",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["batch_tokens"],
+        action=GivenFlag,
         help="sentences x beams x source length per batch",
     )
     group.add_argument(
-        "--precision", choices=["fp32", "bf16"], default=TRANSLATION_EVAL_DEFAULTS["precision"]
+        "--precision",
+        choices=["fp32", "bf16"],
+        default=TRANSLATION_EVAL_DEFAULTS["precision"],
+        action=GivenFlag,
     )
 
 
@@ -71,10 +82,16 @@ def add_translation_eval_flags(parser: argparse.ArgumentParser) -> None:
     add_search_flags(parser)
     group = parser.add_argument_group("translation evaluation (encoder-decoder runs)")
     group.add_argument(
-        "--hyps", help="write the translations here (default RUN/translations/SPLIT.beamK.txt)"
+        "--hyps",
+        action=GivenFlag,
+        help="write the translations here (default RUN/translations/SPLIT.beamK.txt)",
     )
-    group.add_argument("--source", help="evaluate on this source file instead of a split ...")
-    group.add_argument("--reference", help="... against this aligned reference file")
+    group.add_argument(
+        "--source", action=GivenFlag, help="evaluate on this source file instead of a split ..."
+    )
+    group.add_argument(
+        "--reference", action=GivenFlag, help="... against this aligned reference file"
+    )
 
 
 def is_translation_run(run_dir: str | Path) -> bool:
