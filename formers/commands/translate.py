@@ -217,9 +217,16 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_average(args: argparse.Namespace, extra: list[str]) -> int:
     """Average the last N checkpoints of a run into a new run folder."""
-    from formers.train.average import average_checkpoints
+    from formers.train.average import average_checkpoints, average_folder, last_checkpoints
 
-    out = average_checkpoints(args.run, args.last, args.out)
+    last_checkpoints(args.run, args.last)  # a run that cannot be averaged is named first
+    out = Path(args.out) if args.out else average_folder(args.run, args.last)
+    if out.exists() and not args.replace:
+        raise FormersError(
+            f"{out} already exists (an earlier average?): write to another --out, or add "
+            "--replace to replace it"
+        )
+    out = average_checkpoints(args.run, args.last, out, replace=args.replace)
     print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
     return 0
 
@@ -251,4 +258,7 @@ def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run folder")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints")
     p.add_argument("--out", help="the new run folder (RUN-avgN if not given)")
+    p.add_argument(
+        "--replace", action="store_true", help="replace --out if it exists (all its content)"
+    )
     p.set_defaults(func=cmd_average)
