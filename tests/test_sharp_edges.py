@@ -365,3 +365,33 @@ def test_eval_of_a_language_model_refuses_a_translation_flag_even_at_its_default
     code, out, err = run_cli(capsys, "eval", trained, *flags)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert f"holds a language model, which {flags[0]} does not apply to" in err
+
+
+# --- a vocabulary the corpus decides -----------------------------------------------------------
+
+
+def test_a_vocab_size_the_corpus_does_not_have_is_refused(tmp_path, corpus, capsys):
+    run = tmp_path / "run"
+    code, out, err = train(capsys, run, corpus, "--model.vocab_size", "10")
+    assert code == 2 and out == "" and err.count("\n") == 1 and not run.exists()
+    assert "model.vocab_size=10" in err and "byte tokenizer makes it 256" in err
+    assert "leave model.vocab_size unset" in err and "train.tokenizer_vocab" in err
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  vocab_size: 300\n")
+    code, _, err = train(capsys, run, corpus, "--config", config)
+    assert code == 2 and "model.vocab_size=300" in err and not run.exists()
+
+
+def test_the_vocab_size_the_corpus_has_and_a_presets_own_are_accepted(tmp_path, corpus, capsys):
+    code, _, _ = train(
+        capsys, tmp_path / "same", corpus, "--model.vocab_size", "256", "--train.max_steps", "1"
+    )
+    assert code == 0
+    # the preset's own vocabulary (256) is a default, not a choice: the character tokenizer's
+    # replaces it
+    code, _, err = train(
+        capsys, tmp_path / "chars", corpus, "--train.tokenizer", "char", "--train.max_steps", "1"
+    )
+    assert code == 0, err
+    saved = json.loads((tmp_path / "chars" / "config.json").read_text())
+    assert saved["model"]["vocab_size"] == len(set(corpus.read_text())) < 256

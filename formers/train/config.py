@@ -192,6 +192,9 @@ class RunConfig:
     preset: str = "vanilla"
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # model keys the overrides set (not saved): a value the data decides, such as the
+    # vocabulary, is refused there rather than replaced, while a preset's default is replaced
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; `run_config_from_dict` reverses it."""
@@ -223,7 +226,7 @@ def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None)
             model_overrides[key] = value
     model = config(preset, **model_overrides)
     train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
-    return RunConfig(preset=preset, model=model, train=train)
+    return RunConfig(preset=preset, model=model, train=train, explicit=frozenset(model_overrides))
 
 
 def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -239,3 +242,23 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
 def with_vocab(cfg: RunConfig, vocab_size: int) -> RunConfig:
     """The run config with the model's vocabulary set to the tokenizer's."""
     return dataclasses.replace(cfg, model=override(cfg.model, {"vocab_size": vocab_size}))
+
+
+def with_data_fields(cfg: RunConfig, fields: dict[str, Any], source: str) -> RunConfig:
+    """The run config with the model fields the data decides (vocabulary, padding id) set.
+
+    Args:
+        cfg: the run config; a field in `cfg.explicit` set to another value is refused, as
+            replacing it would silently train something other than what was asked for.
+        fields: model field -> the value the data gives it.
+        source: what decides them, for the error, e.g. "tinyshakespeare's char tokenizer".
+    """
+    for name, value in fields.items():
+        mine = getattr(cfg.model, name)
+        if name in cfg.explicit and mine != value:
+            hint = "; train.tokenizer_vocab sizes a BPE vocabulary" if name == "vocab_size" else ""
+            raise ConfigError(
+                f"model.{name}={mine!r} does not match the corpus: {source} makes it {value!r}; "
+                f"leave model.{name} unset (the corpus decides it{hint})"
+            )
+    return dataclasses.replace(cfg, model=override(cfg.model, fields))

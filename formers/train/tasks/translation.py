@@ -44,8 +44,7 @@ from formers.data.translation_corpora import TranslationCorpus, load_translation
 from formers.infer.seq2seq import DEFAULT_MAX_LEN_B
 from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
-from formers.presets import override
-from formers.train.config import RunConfig
+from formers.train.config import RunConfig, with_data_fields
 from formers.train.tasks.base import StepOutput, Task
 
 
@@ -187,10 +186,8 @@ class TranslationTask(Task):
     def model_config(self, cfg: RunConfig) -> RunConfig:
         tok = self.data.tokenizer
         # one vocabulary for both languages: no separate target vocabulary (§3.4)
-        model = override(
-            cfg.model, {"vocab_size": tok.vocab_size, "tgt_vocab_size": None, "pad_id": tok.pad_id}
-        )
-        return dataclasses.replace(cfg, model=model)
+        fields = {"vocab_size": tok.vocab_size, "tgt_vocab_size": None, "pad_id": tok.pad_id}
+        return with_data_fields(cfg, fields, f"{self.data.name}'s joint BPE")
 
     def save_files(self, run_dir: Path) -> None:
         (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
