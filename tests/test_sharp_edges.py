@@ -246,6 +246,7 @@ def test_config_prints_every_field_with_its_value(capsys):
     code, out, _ = run_cli(capsys, "config", "vanilla", "--model.d_model", "128")
     config = json.loads(out)
     assert code == 0 and config["model"]["d_model"] == 128 and config["train"]["log_every"] == 10
+
     def help_of(command):
         text = subprocess.run(
             [sys.executable, "-m", "formers", command, "--help"], capture_output=True, text=True
@@ -395,3 +396,25 @@ def test_the_vocab_size_the_corpus_has_and_a_presets_own_are_accepted(tmp_path, 
     assert code == 0, err
     saved = json.loads((tmp_path / "chars" / "config.json").read_text())
     assert saved["model"]["vocab_size"] == len(set(corpus.read_text())) < 256
+
+
+def test_data_list_names_the_translation_corpora_missing_here(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "data", "list", "--data-dir", tmp_path)
+    lines = {line.split()[0]: line for line in out.splitlines() if line and line[0] != " "}
+    assert (
+        code == 0 and "missing" in lines["multi30k-de-en"] and "missing" in lines["multi30k-en-de"]
+    )
+    assert "formers data info multi30k-de-en" in out
+
+
+@pytest.mark.parametrize("preset", ["vanilla", "bert"])
+def test_a_language_model_on_a_translation_corpus_names_the_translation_preset(
+    tmp_path, capsys, preset
+):
+    run = tmp_path / "run"
+    code, _, err = run_cli(
+        capsys, "train", "--preset", preset, "--run-dir", run, "--train.corpus", "multi30k-de-en"
+    )
+    assert code == 2 and err.count("\n") == 1 and not run.exists()
+    assert "multi30k-de-en is a translation corpus" in err and "transformer preset" in err
+    assert "unknown corpus" not in err

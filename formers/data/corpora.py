@@ -40,6 +40,7 @@ from formers.data.files import decode_parts
 from formers.data.local import read_path, read_stdlib
 from formers.data.locate import data_dir, search_dirs
 from formers.data.tokenizers import TOKENIZERS, Tokenizer, bytes_to_tensor, train_tokenizer
+from formers.data.translation_corpora import PARALLEL_CORPORA
 
 
 @dataclass
@@ -191,6 +192,11 @@ def load_corpus(
         raw = spec.read(data_dir)
         return build_corpus(name, raw, tokenizer or spec.unit, vocab_size, spec.char_vocab_from_all)
     path = Path(name).expanduser()
+    if name in PARALLEL_CORPORA and not path.exists():
+        raise DataError(
+            f"{name} is a translation corpus (sentence pairs), which language models do not "
+            "train on: train an encoder-decoder on it, the transformer preset"
+        )
     if not path.exists():
         raise DataError(
             f"unknown corpus {name!r}: it is neither a corpus name ({', '.join(CORPORA)}) nor an "
