@@ -21,15 +21,16 @@ import torch
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
+from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
+from formers.infer.translate import DEFAULT_BATCH_TOKENS
 
-DEFAULT_BEAM = 4  # Vaswani et al. §6.1
-DEFAULT_ALPHA = 0.6
-# `formers eval`'s translation flags and their defaults (given on a language model: an error)
+# `formers eval`'s translation flags and their defaults (given on a language model: an error);
+# the search's are the library's, so `formers.infer.translate` and the command line agree
 TRANSLATION_EVAL_DEFAULTS: dict[str, Any] = {
     "beam": DEFAULT_BEAM,
     "alpha": DEFAULT_ALPHA,
-    "max_len_b": 50,
-    "batch_tokens": 8192,
+    "max_len_b": DEFAULT_MAX_LEN_B,
+    "batch_tokens": DEFAULT_BATCH_TOKENS,
     "precision": "fp32",
     "hyps": None,
     "source": None,

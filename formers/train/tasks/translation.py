@@ -41,7 +41,7 @@ from formers.data.translation_batching import (
     eval_translation_batches,
 )
 from formers.data.translation_corpora import TranslationCorpus, load_translation_corpus
-from formers.infer.seq2seq import DEFAULT_MAX_LEN_B
+from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_MAX_LEN_B
 from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
 from formers.train.config import RunConfig, with_data_fields
@@ -101,7 +101,7 @@ def evaluate_pairs(
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
     beam: int = 1,
-    alpha: float = 0.6,
+    alpha: float = DEFAULT_ALPHA,
     max_len_b: int = DEFAULT_MAX_LEN_B,
     progress: bool = False,
 ) -> TranslationEvalResult:
@@ -220,7 +220,7 @@ class TranslationTask(Task):
         device: torch.device | str = "cpu",
         autocast: AbstractContextManager | None = None,
         beam: int = 1,
-        alpha: float = 0.6,
+        alpha: float = DEFAULT_ALPHA,
         max_len_b: int = DEFAULT_MAX_LEN_B,
         translate: bool = True,
         progress: bool = False,
