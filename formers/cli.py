@@ -11,12 +11,14 @@ import os
 import signal
 import sys
 
+from formers import __version__
 from formers.bench.bench_cli import add_bench_parser
 from formers.bench.compare_cli import add_compare_parser
 from formers.commands.config import cmd_config, cmd_presets
 from formers.commands.convert import cmd_convert
 from formers.commands.data import cmd_data
 from formers.commands.evaluate import LM_EVAL_DEFAULTS, cmd_eval
+from formers.commands.flags import GivenFlag
 from formers.commands.generate import cmd_generate
 from formers.commands.train import cmd_train
 from formers.commands.translate import add_translate_parsers, add_translation_eval_flags
@@ -31,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="formers", description="Train, evaluate and sample Transformer-family models."
     )
+    parser.add_argument("--version", action="version", version=f"formers {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -65,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seq-len",
         "--tgt-len",
         type=int,
+        action=GivenFlag,
         help="tokens scored per window, or per segment of a model with memory (default: "
         "training's)",
     )
@@ -72,12 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--context-len",
         type=int,
         default=LM_EVAL_DEFAULTS["context_len"],
+        action=GivenFlag,
         help="extra left context per window",
     )
     p.add_argument(
         "--batch-size",
         type=int,
         default=LM_EVAL_DEFAULTS["batch_size"],
+        action=GivenFlag,
         help="windows or streams per pass",
     )
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
@@ -151,7 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and not getattr(args, "takes_overrides", False):
-        parser.error(f"unrecognised arguments: {' '.join(extra)}")
+        words = " ".join(extra)
+        print(
+            f"error: formers {args.command} does not take {words}: see formers {args.command} "
+            "--help",
+            file=sys.stderr,
+        )
+        return 2
     if args.command == "data" and args.action in ("get", "info") and not args.name:
         parser.error(f"formers data {args.action} needs a corpus name")
     keep_freed_memory()  # big per-step tensors reuse the heap instead of fresh pages

@@ -17,6 +17,7 @@ from formers.errors import ConfigError, FormersError
 
 C = TypeVar("C")
 KindLookup = Callable[[str, str], type]  # (field name, kind) -> config class
+YES = ("true", "1", "yes", "on")
 
 
 def apply_overrides(
@@ -129,19 +130,11 @@ def coerce(value: Any, hint: Any, name: str) -> Any:
             raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
         return value
     if hint is bool:
-        if isinstance(value, str) and value.lower() in (
-            "true",
-            "1",
-            "yes",
-            "on",
-            "false",
-            "0",
-            "no",
-            "off",
-        ):
-            return value.lower() in ("true", "1", "yes", "on")
+        if isinstance(value, str) and value.lower() in (*YES, "false", "0", "no", "off"):
+            return value.lower() in YES
         if isinstance(value, bool):
             return value
+        raise ConfigError(f"{name}={value!r} must be true or false (or 1/0, yes/no, on/off)")
     elif hint is int:
         if isinstance(value, str):
             try:

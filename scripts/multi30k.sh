@@ -34,7 +34,7 @@ case "$action" in
     ;;
   eval)
     [ $# -eq 0 ] || { echo "$0 eval $pair takes no further flags (got: $*)" >&2; exit 2; }
-    run average "$dir" --last 5
+    run average "$dir" --last 5 --replace  # a fresh average: no earlier evaluation stays
     for run_dir in "$dir" "$dir-avg5"; do
       for beam in 1 4; do
         run eval "$run_dir" --split test2016 --beam "$beam" > "$run_dir/test2016.beam$beam.json"

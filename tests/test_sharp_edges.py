@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -343,6 +344,7 @@ def test_config_prints_every_field_with_its_value(capsys):
     code, out, _ = run_cli(capsys, "config", "vanilla", "--model.d_model", "128")
     config = json.loads(out)
     assert code == 0 and config["model"]["d_model"] == 128 and config["train"]["log_every"] == 10
+
     def help_of(command):
         text = subprocess.run(
             [sys.executable, "-m", "formers", command, "--help"], capture_output=True, text=True
@@ -397,3 +399,129 @@ def test_a_model_field_that_is_not_a_number_is_one_line(capsys, flag, value):
     code, out, err = run_cli(capsys, "config", "routing", flag, value)
     assert code == 2 and not out
     assert err == f"error: {flag[8:]}={value} must be a finite number\n"
+
+
+@pytest.mark.parametrize("budget", ["0", "0s", "0m", "0h0m", "-5m", "-1"])
+def test_a_time_budget_that_is_not_positive_is_refused(capsys, budget):
+    code, out, err = run_cli(capsys, "config", "vanilla", f"--train.time_budget={budget}")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "train.time_budget must be positive" in err and "leave it out for no limit" in err
+
+
+def test_version_prints_the_packages_one_version(capsys):
+    import formers
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out == f"formers {formers.__version__}\n"
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(cli.__file__).parents[1] / "pyproject.toml").read_text())
+    # the package metadata takes its version from formers.__version__, so the two cannot differ
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+    assert dynamic == {"attr": "formers.__version__"}
+
+
+@pytest.mark.parametrize(
+    "word, value",
+    [(w, True) for w in ("true", "1", "yes", "on", "True", "ON")]
+    + [(w, False) for w in ("false", "0", "no", "off", "False", "OFF")],
+)
+def test_a_yes_or_no_flag_reads_every_spelling(capsys, word, value):
+    # the defaults are true and false, so a word read the wrong way (or ignored) fails one
+    code, out, _ = run_cli(
+        capsys, "config", "vanilla", "--model.tie_embeddings", word, "--train.compile", word
+    )
+    config = json.loads(out)
+    assert code == 0 and config["model"]["tie_embeddings"] is value
+    assert config["train"]["compile"] is value
+
+
+def test_a_yes_or_no_flag_refuses_other_words_in_one_line(capsys):
+    code, out, err = run_cli(capsys, "config", "vanilla", "--model.tie_embeddings", "maybe")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "tie_embeddings='maybe'" in err and "true or false" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["eval", "RUN"],
+        ["generate", "RUN"],
+        ["translate", "RUN"],
+        ["average", "RUN"],
+        ["convert", "RUN"],
+        ["data", "list"],
+        ["data", "info", "ptb"],
+        ["presets"],
+    ],
+)
+def test_an_unknown_flag_is_one_line_naming_it(tmp_path, capsys, command):
+    argv = [str(tmp_path / "run") if word == "RUN" else word for word in command]
+    code, out, err = run_cli(capsys, *argv, "--bogus", "1")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: ") and "--bogus 1" in err
+    assert f"formers {command[0]} --help" in err
+
+
+@pytest.mark.parametrize(
+    "flags", [["--beam", "4"], ["--alpha", "0.6"], ["--precision", "fp32"], ["--max-len-b", "50"]]
+)
+def test_eval_of_a_language_model_refuses_a_translation_flag_even_at_its_default(
+    trained, capsys, flags
+):
+    code, out, err = run_cli(capsys, "eval", trained, *flags)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"holds a language model, which {flags[0]} does not apply to" in err
+
+
+# --- a vocabulary the corpus decides -----------------------------------------------------------
+
+
+def test_a_vocab_size_the_corpus_does_not_have_is_refused(tmp_path, corpus, capsys):
+    run = tmp_path / "run"
+    code, out, err = train(capsys, run, corpus, "--model.vocab_size", "10")
+    assert code == 2 and out == "" and err.count("\n") == 1 and not run.exists()
+    assert "model.vocab_size=10" in err and "byte tokenizer makes it 256" in err
+    assert "leave model.vocab_size unset" in err and "train.tokenizer_vocab" in err
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  vocab_size: 300\n")
+    code, _, err = train(capsys, run, corpus, "--config", config)
+    assert code == 2 and "model.vocab_size=300" in err and not run.exists()
+
+
+def test_the_vocab_size_the_corpus_has_and_a_presets_own_are_accepted(tmp_path, corpus, capsys):
+    code, _, _ = train(
+        capsys, tmp_path / "same", corpus, "--model.vocab_size", "256", "--train.max_steps", "1"
+    )
+    assert code == 0
+    # the preset's own vocabulary (256) is a default, not a choice: the character tokenizer's
+    # replaces it
+    code, _, err = train(
+        capsys, tmp_path / "chars", corpus, "--train.tokenizer", "char", "--train.max_steps", "1"
+    )
+    assert code == 0, err
+    saved = json.loads((tmp_path / "chars" / "config.json").read_text())
+    assert saved["model"]["vocab_size"] == len(set(corpus.read_text())) < 256
+
+
+def test_data_list_names_the_translation_corpora_missing_here(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "data", "list", "--data-dir", tmp_path)
+    lines = {line.split()[0]: line for line in out.splitlines() if line and line[0] != " "}
+    assert (
+        code == 0 and "missing" in lines["multi30k-de-en"] and "missing" in lines["multi30k-en-de"]
+    )
+    assert "formers data info multi30k-de-en" in out
+
+
+@pytest.mark.parametrize("preset", ["vanilla", "bert"])
+def test_a_language_model_on_a_translation_corpus_names_the_translation_preset(
+    tmp_path, capsys, preset
+):
+    run = tmp_path / "run"
+    code, _, err = run_cli(
+        capsys, "train", "--preset", preset, "--run-dir", run, "--train.corpus", "multi30k-de-en"
+    )
+    assert code == 2 and err.count("\n") == 1 and not run.exists()
+    assert "multi30k-de-en is a translation corpus" in err and "transformer preset" in err
+    assert "unknown corpus" not in err

@@ -211,3 +211,67 @@ def test_translate_and_generate_send_a_masked_lm_to_formers_eval(tmp_path, capsy
         assert code == 2 and not out and err.count("\n") == 1
         assert f"score it with formers eval {run}" in err
         assert "use formers generate" not in err
+
+
+@pytest.mark.parametrize(
+    "flags", [["--context-len", "0"], ["--batch-size", "16"], ["--tgt-len", "5"]]
+)
+def test_eval_of_a_translation_run_refuses_a_language_model_flag_even_at_its_default(
+    trained, capsys, flags
+):
+    run, _ = trained
+    code, _, err = formers(capsys, "eval", run, *flags)
+    assert code == 2 and err.count("\n") == 1
+    assert f"holds a translation model, which {flags[0]} does not apply to" in err
+
+
+def test_average_refuses_an_existing_folder_and_replace_leaves_no_stale_file(
+    trained, capsys, tmp_path
+):
+    run, _ = trained
+    out = tmp_path / "avg"
+    assert formers(capsys, "average", run, "--last", "2", "--out", out)[0] == 0
+    stale = out / "translations" / "test.beam4.txt"
+    stale.parent.mkdir()
+    stale.write_text("translations of the earlier average\n")
+    code, _, err = formers(capsys, "average", run, "--last", "3", "--out", out)
+    assert code == 2 and err.count("\n") == 1
+    assert f"{out} already exists" in err and "--out" in err and "--replace" in err
+    assert stale.exists()
+    code, _, _ = formers(capsys, "average", run, "--last", "3", "--out", out, "--replace")
+    assert code == 0 and not stale.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "config.json", "tokenizer.json"]
+    code, report, _ = formers(capsys, "eval", out, "--max-tokens", "20", "--beam", "1")
+    assert code == 0 and json.loads(report)["step"] == 6
+    assert [p.name for p in tmp_path.iterdir()] == ["avg"]  # no temporary folder is left
+
+
+def test_a_failed_replace_keeps_the_earlier_average_whole(trained, capsys, tmp_path, monkeypatch):
+    from formers.train import average
+
+    run, _ = trained
+    out = tmp_path / "avg"
+    assert formers(capsys, "average", run, "--last", "2", "--out", out)[0] == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    def crash(folder, **_):
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "partial").write_text("half written")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(average, "save_checkpoint", crash)
+    with pytest.raises(KeyboardInterrupt):
+        average.average_checkpoints(run, 3, out, replace=True)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before and [p.name for p in tmp_path.iterdir()] == ["avg"]
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_average_of_a_folder_that_is_not_a_run_says_so(tmp_path, capsys, made):
+    folder = tmp_path / "typo"
+    if made:
+        folder.mkdir()
+    code, _, err = formers(capsys, "average", folder)
+    assert code == 2 and err.count("\n") == 1 and str(folder) in err
+    assert ("is not a run folder" if made else "does not exist") in err
+    assert "keep_checkpoints" not in err

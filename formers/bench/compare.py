@@ -29,6 +29,7 @@ from formers.bench.plots import pyplot
 from formers.bench.run_metrics import is_complete
 from formers.errors import FormersError
 from formers.train.checkpoint import latest_checkpoint
+from formers.train.tasks import task_for
 from formers.train.trainer import train
 
 
@@ -104,6 +105,8 @@ def run_compare(
     if pending:  # loaded once for every run; a wrong corpus fails before a folder is made
         tc = configs[pending[0]].train
         corpus = load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
+        for key in pending:  # what the data refuses (a vocabulary it lacks) fails here too
+            task_for(configs[key], corpus)
     prepare_folder(spec, out)
     result = CompareResult(out, [], [], interrupted=False)
     for index, ((preset, seed), cfg) in enumerate(configs.items(), start=1):

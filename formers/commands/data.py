@@ -6,11 +6,17 @@ import argparse
 
 
 def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.data import CORPORA, fetch, load_corpus
+    from formers.data import (
+        CORPORA,
+        PARALLEL_CORPORA,
+        fetch,
+        load_corpus,
+        load_translation_corpus,
+    )
     from formers.data.locate import data_dir
 
     if args.action == "list":
-        for name, spec in CORPORA.items():
+        for name, spec in {**CORPORA, **PARALLEL_CORPORA}.items():
             where = "present" if spec.present(args.data_dir) else "missing"
             print(f"{name:18s} {where:8s} {spec.description}")
             if where == "missing":
@@ -19,7 +25,8 @@ def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
     elif args.action == "get":
         path = fetch(args.name, args.data_dir)
         print(f"{args.name} is ready at {path}")
+    elif args.action == "info" and args.name in PARALLEL_CORPORA:
+        print(load_translation_corpus(args.name, args.data_dir))
     elif args.action == "info":
-        corpus = load_corpus(args.name, args.data_dir)
-        print(corpus)
+        print(load_corpus(args.name, args.data_dir))
     return 0

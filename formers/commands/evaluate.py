@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from formers.commands.flags import given_flags
 from formers.commands.translate import (
     TRANSLATION_EVAL_DEFAULTS,
     cmd_eval_translation,
@@ -19,11 +20,12 @@ LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
 
 def refuse_flags(args: argparse.Namespace, defaults: dict, run_kind: str) -> None:
     """A flag of the other kind of run is an error, not silently ignored."""
-    given = [name for name, default in defaults.items() if getattr(args, name) != default]
+    given = given_flags(args, defaults)
     if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        verb, them = ("do", "them") if len(given) > 1 else ("does", "it")
         raise FormersError(
-            f"{args.run} holds {run_kind}, which {flags} do not apply to: leave them out"
+            f"{args.run} holds {run_kind}, which {', '.join(given)} {verb} not apply to: "
+            f"leave {them} out"
         )
 
 

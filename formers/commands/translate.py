@@ -18,17 +18,19 @@ from typing import Any
 
 import torch
 
+from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
+from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
+from formers.infer.translate import DEFAULT_BATCH_TOKENS
 
-DEFAULT_BEAM = 4  # Vaswani et al. §6.1
-DEFAULT_ALPHA = 0.6
-# `formers eval`'s translation flags and their defaults (given on a language model: an error)
+# `formers eval`'s translation flags and their defaults (given on a language model: an error);
+# the search's are the library's, so `formers.infer.translate` and the command line agree
 TRANSLATION_EVAL_DEFAULTS: dict[str, Any] = {
     "beam": DEFAULT_BEAM,
     "alpha": DEFAULT_ALPHA,
-    "max_len_b": 50,
-    "batch_tokens": 8192,
+    "max_len_b": DEFAULT_MAX_LEN_B,
+    "batch_tokens": DEFAULT_BATCH_TOKENS,
     "precision": "fp32",
     "hyps": None,
     "source": None,
@@ -40,29 +42,39 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
     """--beam, --alpha, --max-len-b, --batch-tokens and --precision."""
     group = parser.add_argument_group("translation search (encoder-decoder runs)")
     group.add_argument(
-        "--beam", type=int, default=DEFAULT_BEAM, help="beam size K; 1 is greedy search"
+        "--beam",
+        type=int,
+        default=DEFAULT_BEAM,
+        action=GivenFlag,
+        help="beam size K; 1 is greedy search",
     )
     group.add_argument(
         "--alpha",
         "--length-penalty",
         type=float,
         default=DEFAULT_ALPHA,
+        action=GivenFlag,
         help="length penalty exponent α of ((5 + |y|) / 6)^α",
     )
     group.add_argument(
         "--max-len-b",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["max_len_b"],
+        action=GivenFlag,
         help="outputs stop at source length + this many tokens",
     )
     group.add_argument(
         "--batch-tokens",
         type=int,
         default=TRANSLATION_EVAL_DEFAULTS["batch_tokens"],
+        action=GivenFlag,
         help="sentences x beams x source length per batch",
     )
     group.add_argument(
-        "--precision", choices=["fp32", "bf16"], default=TRANSLATION_EVAL_DEFAULTS["precision"]
+        "--precision",
+        choices=["fp32", "bf16"],
+        default=TRANSLATION_EVAL_DEFAULTS["precision"],
+        action=GivenFlag,
     )
 
 
@@ -71,10 +83,16 @@ def add_translation_eval_flags(parser: argparse.ArgumentParser) -> None:
     add_search_flags(parser)
     group = parser.add_argument_group("translation evaluation (encoder-decoder runs)")
     group.add_argument(
-        "--hyps", help="write the translations here (default RUN/translations/SPLIT.beamK.txt)"
+        "--hyps",
+        action=GivenFlag,
+        help="write the translations here (default RUN/translations/SPLIT.beamK.txt)",
     )
-    group.add_argument("--source", help="evaluate on this source file instead of a split ...")
-    group.add_argument("--reference", help="... against this aligned reference file")
+    group.add_argument(
+        "--source", action=GivenFlag, help="evaluate on this source file instead of a split ..."
+    )
+    group.add_argument(
+        "--reference", action=GivenFlag, help="... against this aligned reference file"
+    )
 
 
 def is_translation_run(run_dir: str | Path) -> bool:
@@ -203,9 +221,16 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_average(args: argparse.Namespace, extra: list[str]) -> int:
     """Average the last N checkpoints of a run into a new run folder."""
-    from formers.train.average import average_checkpoints
+    from formers.train.average import average_checkpoints, average_folder, last_checkpoints
 
-    out = average_checkpoints(args.run, args.last, args.out)
+    last_checkpoints(args.run, args.last)  # a run that cannot be averaged is named first
+    out = Path(args.out) if args.out else average_folder(args.run, args.last)
+    if out.exists() and not args.replace:
+        raise FormersError(
+            f"{out} already exists (an earlier average?): write to another --out, or add "
+            "--replace to replace it"
+        )
+    out = average_checkpoints(args.run, args.last, out, replace=args.replace)
     print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
     return 0
 
@@ -237,4 +262,7 @@ def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run", help="run folder")
     p.add_argument("--last", type=int, default=5, help="how many checkpoints")
     p.add_argument("--out", help="the new run folder (RUN-avgN if not given)")
+    p.add_argument(
+        "--replace", action="store_true", help="replace --out if it exists (all its content)"
+    )
     p.set_defaults(func=cmd_average)

@@ -4,8 +4,9 @@
     corpus = load_corpus("stdlib")            # bytes of Python's standard library, always offline
     corpus = load_corpus("notes/", tokenizer="bpe", vocab_size=4096)
 
-Every tokenizer is built on the train split only (Tiny Shakespeare's character set excepted, as
-in nanoGPT), so valid/test never leak into the vocabulary.
+Every tokenizer is built on the train split only, so valid/test never leak into the vocabulary;
+the character sets of Tiny Shakespeare (as in nanoGPT) and of a user's own file or folder are
+the exceptions, taken from all of the text.
 
 Conventions (the counts are checked in tests/data against the published figures):
 - ptb, wikitext-2: whitespace words plus one `<eos>` per line (PTB 10,000 types, WikiText-2
@@ -40,6 +41,7 @@ from formers.data.files import decode_parts
 from formers.data.local import read_path, read_stdlib
 from formers.data.locate import data_dir, search_dirs
 from formers.data.tokenizers import TOKENIZERS, Tokenizer, bytes_to_tensor, train_tokenizer
+from formers.data.translation_corpora import PARALLEL_CORPORA
 
 
 @dataclass
@@ -191,9 +193,20 @@ def load_corpus(
         raw = spec.read(data_dir)
         return build_corpus(name, raw, tokenizer or spec.unit, vocab_size, spec.char_vocab_from_all)
     path = Path(name).expanduser()
+    if name in PARALLEL_CORPORA and not path.exists():
+        raise DataError(
+            f"{name} is a translation corpus (sentence pairs), which language models do not "
+            "train on: train an encoder-decoder on it, the transformer preset"
+        )
     if not path.exists():
         raise DataError(
             f"unknown corpus {name!r}: it is neither a corpus name ({', '.join(CORPORA)}) nor an "
             "existing file or folder."
         )
-    return build_corpus(str(path), read_path(path), tokenizer or "byte", vocab_size)
+    # A user's own file takes its character set from all of it, as nanoGPT does for Tiny
+    # Shakespeare: built on the train split alone, a character only the held-out part has would
+    # make the file untrainable, with no way to change its split. Only which characters exist
+    # is shared (not their counts), and their embeddings are never trained on held-out text.
+    return build_corpus(
+        str(path), read_path(path), tokenizer or "byte", vocab_size, char_vocab_from_all=True
+    )

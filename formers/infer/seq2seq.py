@@ -38,6 +38,10 @@ from formers.errors import InputError
 from formers.layers.mask import AttentionMask
 
 DEFAULT_MAX_LEN_B = 50  # §6.1: maximum output length = input length + 50
+# §6.1: beam size 4, length penalty α 0.6; `formers.infer.translate` and the command line
+# default to them too
+DEFAULT_BEAM = 4
+DEFAULT_ALPHA = 0.6
 
 
 @dataclass
@@ -193,8 +197,8 @@ def beam_search(
     model: nn.Module,
     src: Tensor,
     *,
-    beam: int = 4,
-    alpha: float = 0.6,
+    beam: int = DEFAULT_BEAM,
+    alpha: float = DEFAULT_ALPHA,
     bos_id: int,
     eos_id: int,
     pad_id: int | None = None,

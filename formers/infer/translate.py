@@ -1,7 +1,7 @@
 """Translating many sentences: length-sorted batches through greedy or beam search.
 
-    hyps = translate_ids(model, source_ids, bos_id=1, eos_id=2, pad_id=0, beam=4)
-    texts = translate(model, tokenizer, ["Ein Mann fährt Fahrrad."], beam=4)
+    hyps = translate_ids(model, source_ids, bos_id=1, eos_id=2, pad_id=0, beam=1)  # greedy
+    texts = translate(model, tokenizer, ["Ein Mann fährt Fahrrad."])  # beam 4, α 0.6
 
 Sentences are sorted by length so a batch pads little, cut so that rows × beams × longest
 source stays within `batch_tokens`, and the outputs are put back in the input order. An empty
@@ -19,7 +19,14 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from formers.errors import InputError
-from formers.infer.seq2seq import DEFAULT_MAX_LEN_B, Hypothesis, beam_search, greedy_search
+from formers.infer.seq2seq import (
+    DEFAULT_ALPHA,
+    DEFAULT_BEAM,
+    DEFAULT_MAX_LEN_B,
+    Hypothesis,
+    beam_search,
+    greedy_search,
+)
 
 DEFAULT_BATCH_TOKENS = 8192
 
@@ -44,8 +51,8 @@ def translate_ids(
     bos_id: int,
     eos_id: int,
     pad_id: int,
-    beam: int = 1,
-    alpha: float = 0.6,
+    beam: int = DEFAULT_BEAM,
+    alpha: float = DEFAULT_ALPHA,
     max_len_b: int = DEFAULT_MAX_LEN_B,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: torch.device | str = "cpu",
@@ -98,7 +105,8 @@ def translate_ids(
 def translate(
     model: nn.Module, tokenizer: Any, sentences: Sequence[str], **options: Any
 ) -> list[str]:
-    """Detokenized translations of plain-text sentences (options as for `translate_ids`).
+    """Detokenized translations of plain-text sentences, by beam search (K 4, α 0.6) unless
+    `options` say otherwise (`beam=1` is greedy; the other options as for `translate_ids`).
 
     Args:
         model: an encoder–decoder.

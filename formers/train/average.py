@@ -9,6 +9,7 @@ run folder of its own (config, tokenizer and one weights-only checkpoint), so `f
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from torch import Tensor
@@ -28,7 +29,14 @@ def last_checkpoints(run_dir: str | Path, last: int) -> list[Path]:
     if last < 1:
         raise FormersError(f"--last {last}: average at least 1 checkpoint")
     run_dir = Path(run_dir)
-    found = step_dirs(run_dir / CHECKPOINTS_DIR) if (run_dir / CHECKPOINTS_DIR).is_dir() else []
+    if not run_dir.is_dir():
+        raise FormersError(f"{run_dir} does not exist: give the folder of a trained run")
+    if not (run_dir / CHECKPOINTS_DIR).is_dir():
+        raise FormersError(
+            f"{run_dir} is not a run folder (it has no {CHECKPOINTS_DIR}/): give the folder of "
+            "a trained run"
+        )
+    found = step_dirs(run_dir / CHECKPOINTS_DIR)
     if len(found) < last:
         raise FormersError(
             f"{run_dir} holds {len(found)} checkpoint(s), fewer than --last {last}: average "
@@ -59,28 +67,60 @@ def average_state(checkpoints: list[Path]) -> tuple[dict[str, Tensor], dict]:
     return mean, config
 
 
-def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | None = None) -> Path:
+def average_folder(run_dir: str | Path, last: int) -> Path:
+    """The default folder of the average of the last `last` checkpoints: `<run_dir>-avg<last>`."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(f"{run_dir.name}-avg{last}")
+
+
+def average_checkpoints(
+    run_dir: str | Path, last: int = 5, out: str | Path | None = None, replace: bool = False
+) -> Path:
     """Write the average of the last `last` checkpoints of `run_dir` as the run folder `out`.
+
+    The folder is written beside `out` under a temporary name and renamed into place, so a
+    failure leaves no half-written average (and, with `replace`, the earlier one whole).
 
     Args:
         run_dir: a `formers train` run folder.
         last: how many of its newest checkpoints to average.
-        out: the new run folder (default: `<run_dir>-avg<last>`); replaced if it exists.
+        out: the new run folder (default: `<run_dir>-avg<last>`).
+        replace: replace `out` if it exists (its whole content goes); otherwise an existing
+            `out` is an error.
 
     Returns:
         The new run folder.
     """
     run_dir = Path(run_dir)
     checkpoints = last_checkpoints(run_dir, last)
-    out = Path(out) if out is not None else run_dir.with_name(f"{run_dir.name}-avg{last}")
+    out = Path(out) if out is not None else average_folder(run_dir, last)
     if out.resolve() == run_dir.resolve():
         raise FormersError(f"--out {out} is the run itself; write the average to another folder")
+    if out.exists() and not replace:
+        raise FormersError(
+            f"{out} already exists: give another out folder, or replace=True to replace it"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        _write_average(run_dir, checkpoints, Path(tmp) / "new")
+        _swap_in(Path(tmp) / "new", out, Path(tmp) / "old")
+    return out
+
+
+def _swap_in(new: Path, out: Path, trash: Path) -> None:
+    """Put the folder `new` at `out`; an earlier `out` is moved to `trash` first (and goes
+    with it), so `out` is always either the whole earlier folder or the whole new one."""
+    if out.exists():
+        out.rename(trash)
+    new.rename(out)
+
+
+def _write_average(run_dir: Path, checkpoints: list[Path], out: Path) -> None:
+    """The averaged weights, the run's config and tokenizer, as a run folder at `out`."""
     weights, config = average_state(checkpoints)
     model = build(run_config_from_dict(config).model)
     model.load_state_dict(weights)
-    if (out / CHECKPOINTS_DIR).exists():
-        shutil.rmtree(out / CHECKPOINTS_DIR)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir()
     for name in RUN_FILES:
         if (run_dir / name).exists():
             shutil.copyfile(run_dir / name, out / name)
@@ -92,4 +132,3 @@ def average_checkpoints(run_dir: str | Path, last: int = 5, out: str | Path | No
         extra={"averaged_from": str(run_dir), "averaged_steps": steps},
     )
     save_checkpoint(out, model=model, optimizer=None, config=config, state=state, keep=None)
-    return out

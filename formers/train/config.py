@@ -165,7 +165,10 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in "90", "90s", "20m", "1.5h" or "1h30m"."""
+    """Seconds in "90", "90s", "20m", "1.5h" or "1h30m"; a budget of 0 or less is refused (it
+    would stop training after its first step)."""
+    if str(text).strip().startswith("-"):
+        raise ConfigError(_NOT_POSITIVE)
     parts = re.fullmatch(
         r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", str(text)
     )
@@ -174,7 +177,13 @@ def parse_duration(text: str) -> float:
             f"train.time_budget={text!r} is not a duration: write e.g. '90s', '20m' or '1h30m'"
         )
     hours, minutes, seconds = (float(g) if g else 0.0 for g in parts.groups())
-    return hours * 3600 + minutes * 60 + seconds
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise ConfigError(_NOT_POSITIVE)
+    return total
+
+
+_NOT_POSITIVE = "train.time_budget must be positive, e.g. 20m; leave it out for no limit"
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,9 @@ class RunConfig:
     preset: str = "vanilla"
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    # model keys the overrides set (not saved): a value the data decides, such as the
+    # vocabulary, is refused there rather than replaced, while a preset's default is replaced
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; `run_config_from_dict` reverses it."""
@@ -215,7 +227,7 @@ def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None)
             model_overrides[key] = value
     model = config(preset, **model_overrides)
     train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
-    return RunConfig(preset=preset, model=model, train=train)
+    return RunConfig(preset=preset, model=model, train=train, explicit=frozenset(model_overrides))
 
 
 def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
@@ -231,3 +243,23 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
 def with_vocab(cfg: RunConfig, vocab_size: int) -> RunConfig:
     """The run config with the model's vocabulary set to the tokenizer's."""
     return dataclasses.replace(cfg, model=override(cfg.model, {"vocab_size": vocab_size}))
+
+
+def with_data_fields(cfg: RunConfig, fields: dict[str, Any], source: str) -> RunConfig:
+    """The run config with the model fields the data decides (vocabulary, padding id) set.
+
+    Args:
+        cfg: the run config; a field in `cfg.explicit` set to another value is refused, as
+            replacing it would silently train something other than what was asked for.
+        fields: model field -> the value the data gives it.
+        source: what decides them, for the error, e.g. "tinyshakespeare's char tokenizer".
+    """
+    for name, value in fields.items():
+        mine = getattr(cfg.model, name)
+        if name in cfg.explicit and mine != value:
+            hint = "; train.tokenizer_vocab sizes a BPE vocabulary" if name == "vocab_size" else ""
+            raise ConfigError(
+                f"model.{name}={mine!r} does not match the corpus: {source} makes it {value!r}; "
+                f"leave model.{name} unset (the corpus decides it{hint})"
+            )
+    return dataclasses.replace(cfg, model=override(cfg.model, fields))

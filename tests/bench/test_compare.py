@@ -221,3 +221,13 @@ def test_compare_trains_masked_lms_and_refuses_mixed_tasks(tmp_path, corpus, cap
     assert rows["linformer"]["final_valid_loss"] > 0 and rows["bert"]["final_bits_per_byte"] > 0
     assert main(compare_args(tmp_path / "mixed", corpus, "vanilla", "bert")) == 2
     assert "one arch" in capsys.readouterr().err
+
+
+def test_a_vocab_size_the_corpus_does_not_have_is_refused_before_the_folder_is_made(
+    tmp_path, corpus, capsys
+):
+    out = tmp_path / "cmp"
+    assert main(compare_args(out, corpus, "vanilla", **{"model.vocab_size": 10})) == 2
+    err = capsys.readouterr().err
+    assert "model.vocab_size=10" in err and "makes it 256" in err and err.count("\n") == 1
+    assert not out.exists()

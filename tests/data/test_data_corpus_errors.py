@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from formers.data import DataError, load_corpus
-from formers.data.files import EXPECTED_SHA256
+from formers.data.corpora import build_corpus
+from formers.data.files import EXPECTED_SHA256, Part
 
 
 def fake_ptb(root: Path, train: bytes = b" a b\n", valid: bytes = b" a\n", test: bytes = b" b\n"):
@@ -87,11 +88,13 @@ def test_non_utf8_in_a_folder_names_the_file(tmp_path: Path) -> None:
     assert f"{tmp_path / 'f07.txt'}: not valid UTF-8 at byte offset 3" in msg
 
 
-def test_unknown_character_in_valid_split(tmp_path: Path) -> None:
-    path = tmp_path / "t.txt"
-    path.write_text("a" * 90 + "Z" * 10)  # "Z" appears only after the 90% cut
-    msg = error_of(str(path), tokenizer="char")
-    assert "(valid split)" in msg and "'Z'" in msg
+def test_unknown_character_in_valid_split() -> None:
+    # a named corpus's character set comes from its train split (a user's own file takes it
+    # from the whole file: tests/data/test_data_local_corpora.py)
+    raw = {s: [Part(f"{s}.txt", 0, text)] for s, text in (("train", b"a" * 90), ("valid", b"Z"))}
+    with pytest.raises(DataError) as err:
+        build_corpus("named", {**raw, "test": raw["train"]}, "char")
+    assert "(valid split)" in str(err.value) and "'Z'" in str(err.value)
 
 
 def test_empty_inputs(tmp_path: Path) -> None:

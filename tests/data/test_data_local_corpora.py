@@ -99,3 +99,19 @@ def test_stdlib_excludes_tests_and_packages() -> None:
         files = [Path(p.source).relative_to(root).as_posix() for p in parts]
         assert files == sorted(files)
         assert all(split_of(f) == split for f in files)
+
+
+def test_a_users_file_trains_with_characters_only_its_held_out_part_has(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("abc abc\n" * 200 + "xyz é\n" * 5)  # x, y, z, é only after the 90% cut
+    corpus = load_corpus(str(path), tokenizer="char")
+    assert set(corpus.tokenizer.chars) == set("abc \nxyzé")
+    text = "".join(corpus.tokenizer.decode(corpus.splits[s]) for s in ("train", "valid", "test"))
+    assert text == path.read_text()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    names = [f"{i}.txt" for i in range(40)]
+    held_out = next(name for name in names if split_of(name) != "train")
+    for name in names:
+        (folder / name).write_text(f"file {name} {'αβγ' if name == held_out else ''}\n")
+    assert "γ" in load_corpus(str(folder), tokenizer="char").tokenizer.chars

@@ -141,3 +141,23 @@ def test_batching_the_train_split(corpus: TranslationCorpus) -> None:
     assert first.tgt_out[0, : len(target[row]) + 1].tolist() == [*target[row].tolist(), tok.eos_id]
     assert tok.decode(first.tgt_out[0]) == corpus.raw["train"][1][row]
     assert tok.decode(first.src[0]) == corpus.raw["train"][0][row]
+
+
+def test_data_list_and_info_know_multi30k(corpus: TranslationCorpus, capsys, monkeypatch) -> None:
+    import formers.data
+    from formers.cli import main
+
+    assert main(["data", "list"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line[:1]}
+    for name in ("multi30k-de-en", "multi30k-en-de"):
+        assert "present" in lines[name] and "29,000 pairs" in lines[name]
+    asked = []
+
+    def trained_already(name, data_dir=None, *args):  # the BPE this module learned once
+        asked.append(name)
+        return corpus
+
+    monkeypatch.setattr(formers.data, "load_translation_corpus", trained_already)
+    assert main(["data", "info", "multi30k-de-en"]) == 0
+    out = capsys.readouterr().out
+    assert asked == ["multi30k-de-en"] and "de->en" in out and "test2016=1,000" in out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from helpers import toy_pairs
@@ -65,7 +67,7 @@ def test_translate_detokenizes_and_keeps_blank_lines_blank():
 
 
 def test_a_batch_holds_rows_times_beams_times_length_within_the_budget(monkeypatch):
-    from formers.infer import translate as module
+    module = importlib.import_module("formers.infer.translate")  # the module, not the function
 
     shapes = []
     real = module.beam_search
@@ -78,3 +80,23 @@ def test_a_batch_holds_rows_times_beams_times_length_within_the_budget(monkeypat
     sources = [torch.full((n,), 5) for n in [3, 3, 3, 3, 2, 2, 2, 1]]
     translate_ids(tiny_model(10), sources, beam=4, batch_tokens=24, max_len_b=2, **IDS)
     assert shapes == [(2, 3), (2, 3), (3, 2), (1, 1)]  # rows·4·width <= 24, longest first
+
+
+def test_translate_is_exported_and_searches_as_the_command_line_does(monkeypatch):
+    from formers.cli import build_parser
+    from formers.infer import translate as exported
+
+    module = importlib.import_module("formers.infer.translate")
+    searches = []
+    real = module.beam_search
+
+    def recording(model, src, **options):
+        searches.append((options["beam"], options["alpha"], options["max_len_b"]))
+        return real(model, src, **options)
+
+    monkeypatch.setattr(module, "beam_search", recording)
+    source, target = toy_pairs(100)
+    tok = JointBPETokenizer.train(source + target, 300)
+    exported(tiny_model(tok.vocab_size), tok, [source[0]])
+    cli = build_parser().parse_args(["translate", "RUN"])
+    assert searches == [(cli.beam, cli.alpha, cli.max_len_b)] and cli.beam > 1

@@ -13,6 +13,7 @@ import formers
 from formers.cli import main
 from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.data.tokenizers import train_tokenizer
+from formers.errors import ConfigError
 from formers.train import trainer
 from formers.train.config import run_config
 from formers.train.tasks import TASKS, task_for
@@ -211,3 +212,12 @@ def test_a_masked_lm_trains_and_formers_eval_reports_it(corpus_file, tmp_path, c
 
 def test_tiny_config_helper_builds_an_encoder():
     assert tiny_config("bert").arch == "encoder"
+
+
+def test_a_vocab_size_or_pad_id_the_corpus_does_not_give_is_refused(corpus_file):
+    with pytest.raises(ConfigError, match=r"model.vocab_size=300 .* makes it 258"):
+        TASKS["encoder"](mlm_run_config(corpus_file, **{"model.vocab_size": 300}))
+    with pytest.raises(ConfigError, match=r"model.pad_id=0 .* makes it 257"):
+        TASKS["encoder"](mlm_run_config(corpus_file, **{"model.pad_id": 0}))
+    task = TASKS["encoder"](mlm_run_config(corpus_file, **{"model.vocab_size": 258}))
+    assert task.cfg.model.vocab_size == 258

@@ -12,6 +12,7 @@ from helpers import toy_pairs, toy_translation_settings, write_parallel_corpus
 
 import formers
 from formers.data.errors import DataError
+from formers.errors import ConfigError
 from formers.infer.seq2seq import greedy_search
 from formers.train.config import run_config
 from formers.train.tasks import TranslationTask, task_for
@@ -165,3 +166,10 @@ def test_a_small_model_learns_the_toy_language(tmp_path):
     result = trainer.train(cfg, tmp_path / "run", progress=False)
     # an untrained model scores about 0
     assert result.valid.bleu > 70 and result.valid.loss < 0.5, result.valid.summary()
+
+
+def test_a_vocab_size_the_joint_bpe_does_not_have_is_refused(corpus):
+    overrides = {**SIZES, "train.corpus": corpus, "train.tokenizer_vocab": 300}
+    with pytest.raises(ConfigError, match=r"model.vocab_size=37000 .* joint BPE makes it 300"):
+        task_for(run_config("transformer", {**overrides, "model.vocab_size": 37000}))
+    assert task_for(run_config("transformer", overrides)).cfg.model.vocab_size == 300

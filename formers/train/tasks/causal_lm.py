@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from formers.data.batching import StreamBatcher
 from formers.data.corpora import Corpus, load_corpus
-from formers.train.config import RunConfig, with_vocab
+from formers.train.config import RunConfig, with_data_fields
 from formers.train.evaluate import EvalResult, evaluate
 from formers.train.tasks.base import StepOutput, Task
 
@@ -72,7 +72,8 @@ class CausalLMTask(Task):
         return load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
 
     def model_config(self, cfg: RunConfig) -> RunConfig:
-        return with_vocab(cfg, self.data.tokenizer.vocab_size)
+        source = f"{self.data.name}'s {self.data.unit} tokenizer"
+        return with_data_fields(cfg, {"vocab_size": self.data.tokenizer.vocab_size}, source)
 
     def save_files(self, run_dir: Path) -> None:
         (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")

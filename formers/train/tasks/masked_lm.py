@@ -20,7 +20,6 @@ Shapes: B batch, T length, V vocabulary.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -38,8 +37,7 @@ from formers.data.corpora import Corpus, load_corpus
 from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.errors import FormersError
 from formers.layers.output import token_loss
-from formers.presets import override
-from formers.train.config import RunConfig
+from formers.train.config import RunConfig, with_data_fields
 from formers.train.tasks.base import StepOutput, Task
 
 EVAL_SEED = 20190524  # fixed: the masks of evaluation never depend on the run
@@ -193,8 +191,8 @@ class MaskedLMTask(Task):
 
     def model_config(self, cfg: RunConfig) -> RunConfig:
         vocab = self.vocab
-        model = override(cfg.model, {"vocab_size": vocab.size, "pad_id": vocab.pad_id})
-        return dataclasses.replace(cfg, model=model)
+        source = f"{self.data.name}'s {self.data.unit} tokenizer with [MASK] and [PAD]"
+        return with_data_fields(cfg, {"vocab_size": vocab.size, "pad_id": vocab.pad_id}, source)
 
     def save_files(self, run_dir: Path) -> None:
         (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")

@@ -41,11 +41,10 @@ from formers.data.translation_batching import (
     eval_translation_batches,
 )
 from formers.data.translation_corpora import TranslationCorpus, load_translation_corpus
-from formers.infer.seq2seq import DEFAULT_MAX_LEN_B
+from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_MAX_LEN_B
 from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
-from formers.presets import override
-from formers.train.config import RunConfig
+from formers.train.config import RunConfig, with_data_fields
 from formers.train.tasks.base import StepOutput, Task
 
 
@@ -102,7 +101,7 @@ def evaluate_pairs(
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
     beam: int = 1,
-    alpha: float = 0.6,
+    alpha: float = DEFAULT_ALPHA,
     max_len_b: int = DEFAULT_MAX_LEN_B,
     progress: bool = False,
 ) -> TranslationEvalResult:
@@ -187,10 +186,8 @@ class TranslationTask(Task):
     def model_config(self, cfg: RunConfig) -> RunConfig:
         tok = self.data.tokenizer
         # one vocabulary for both languages: no separate target vocabulary (§3.4)
-        model = override(
-            cfg.model, {"vocab_size": tok.vocab_size, "tgt_vocab_size": None, "pad_id": tok.pad_id}
-        )
-        return dataclasses.replace(cfg, model=model)
+        fields = {"vocab_size": tok.vocab_size, "tgt_vocab_size": None, "pad_id": tok.pad_id}
+        return with_data_fields(cfg, fields, f"{self.data.name}'s joint BPE")
 
     def save_files(self, run_dir: Path) -> None:
         (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
@@ -223,7 +220,7 @@ class TranslationTask(Task):
         device: torch.device | str = "cpu",
         autocast: AbstractContextManager | None = None,
         beam: int = 1,
-        alpha: float = 0.6,
+        alpha: float = DEFAULT_ALPHA,
         max_len_b: int = DEFAULT_MAX_LEN_B,
         translate: bool = True,
         progress: bool = False,
