@@ -46,6 +46,7 @@ from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
 from formers.presets import override
 from formers.train.config import RunConfig
+from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task
 
 
@@ -193,7 +194,9 @@ class TranslationTask(Task):
         return dataclasses.replace(cfg, model=model)
 
     def save_files(self, run_dir: Path) -> None:
-        (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
+        write_text_atomically(
+            run_dir / "tokenizer.json", json.dumps(self.data.tokenizer.to_dict()) + "\n"
+        )
 
     def train_batches(self, rank: int, world_size: int) -> TranslationBatcher:
         tc, tok = self.cfg.train, self.data.tokenizer
