@@ -119,6 +119,7 @@ class Run:
     state: TrainState
     memory: Any = None  # what the model carries from one batch to the next (`out.memory`)
     last_finite: tuple[int, float] | None = None  # the last step and its (finite) loss
+    saved_step: int | None = None  # the step of the newest checkpoint, if it holds this state
     divergence: Divergence | None = None
     log: MetricsLog | None = None
     lock: RunLock | None = None  # rank 0's hold on the run folder
@@ -318,6 +319,7 @@ def _restore(
         memory=memory,
         log=log,
         seconds=float(state.extra.get("train_seconds", 0.0)),
+        saved_step=state.step if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
     )
 
@@ -435,7 +437,12 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
 
 def save(run: Run) -> None:
     """A checkpoint of everything the run needs to continue exactly: every process writes its
-    own random state and memory rows (and, under FSDP, its shards); rank 0 the rest."""
+    own random state and memory rows (and, under FSDP, its shards); rank 0 the rest.
+
+    A step already saved is not saved again: rewriting a checkpoint in place swaps the old
+    folder out before the new one is in, a moment in which a crash would lose both."""
+    if run.saved_step == run.state.step:
+        return
     run.state.extra["train_seconds"] = run.seconds
     save_checkpoint(
         run.run_dir,
@@ -446,6 +453,7 @@ def save(run: Run) -> None:
         memory=run.memory,
         keep=run.cfg.train.keep_checkpoints,
     )
+    run.saved_step = run.state.step
 
 
 STOPPED = {

@@ -187,7 +187,9 @@ def test_divergence_keeps_the_last_checkpoint_and_says_which(tmp_path, corpus, m
         return (float("nan") if run.state.step == 4 else loss), grad_norm, tokens
 
     monkeypatch.setattr(trainer, "compute_gradients", nan_at_step_5)
-    result = trainer.train(tiny(corpus, max_steps=8, save_every=3), tmp_path / "run", progress=False)
+    result = trainer.train(
+        tiny(corpus, max_steps=8, save_every=3), tmp_path / "run", progress=False
+    )
     divergence = result.divergence
     assert result.stopped == "nonfinite" and result.step == 4 and result.valid is None
     assert (divergence.step, divergence.last_finite_step, divergence.checkpoint_step) == (5, 4, 3)
@@ -204,3 +206,20 @@ def test_stop_on_nonfinite_off_trains_on_and_writes_null(tmp_path, corpus):
     summary = strict_json(result.stdout)
     assert summary["step"] == 30 and summary["valid"]["loss"] is None
     assert any(r["loss"] is None for r in read_metrics(run, "train"))
+
+
+def test_the_trainer_never_rewrites_a_checkpoint_in_place(tmp_path, corpus, monkeypatch):
+    # rewriting swaps the old folder out before the new one is in: a crash between the two
+    # renames would lose both, so a step already saved is not saved again
+    original = checkpoint_write.replace_dir
+
+    def replace_new_only(src, dst):
+        assert not dst.exists(), f"{dst.name} rewritten in place"
+        original(src, dst)
+
+    monkeypatch.setattr(checkpoint_write, "replace_dir", replace_new_only)
+    run = tmp_path / "run"
+    trainer.train(tiny(corpus, max_steps=4, save_every=2), run, progress=False)  # saves 2, 4
+    (run / "metrics.jsonl").write_text("")  # the final evaluation lost: resuming redoes it
+    resumed = trainer.train(tiny(corpus, max_steps=4, save_every=2), run, resume=True)
+    assert resumed.stopped == "max_steps" and resumed.valid is not None
