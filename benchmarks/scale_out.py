@@ -2,9 +2,10 @@
 
 Each configuration trains the `small` vanilla LM (6 layers, d_model 512, 8 heads, d_ff 2048,
 bytes, seq 512, batch 4 per process, AdamW, no dropout) on wikitext-2-bytes through the trainer's
-own steps (`trainer.start`, `set_learning_rate`, `take_step`) for --steps steps, the first
---warmup of them untimed, then saves one checkpoint. Configurations run one after the other in
---rounds interleaved rounds (the first one changes every round), each as its own launch:
+own steps (`trainer.start`, `set_learning_rate`, `compute_gradients`, `take_step`) for --steps
+steps, the first --warmup of them untimed, then saves one checkpoint. Configurations run one
+after the other in --rounds interleaved rounds (the first one changes every round), each as
+its own launch:
 
     one     a single process, all the machine's threads
     one-1t  a single process on one thread (what each process of the two below gets)
@@ -94,7 +95,8 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.steps):
         start = time.perf_counter()
         trainer.set_learning_rate(run)
-        trainer.take_step(run)
+        *_, tokens = trainer.compute_gradients(run)
+        trainer.take_step(run, tokens)
         times.append(time.perf_counter() - start)
     params = sum(local_bytes(p) for p in run.model.parameters())
     optimizer = sum(

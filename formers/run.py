@@ -64,7 +64,8 @@ def checkpoint_of(run_dir: Path, step: int | None = None) -> Path:
 
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
     """The steps of a run's complete checkpoints, oldest first."""
-    folders = step_dirs(Path(run_dir) / CHECKPOINTS_DIR)
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    folders = step_dirs(root) if root.is_dir() else []
     return [int(path.name.removeprefix("step_")) for path in folders]
 
 

@@ -1,12 +1,15 @@
 """`formers train`: train a preset (or continue a run) and print one JSON result on stdout.
 
 Progress, evaluations and the reason training stopped go to stderr, so stdout holds only the
-result; under torchrun only rank 0 prints it.
+result (strict JSON: a NaN or infinite number is null); under torchrun only rank 0 prints it.
+The exit status is 0 for a run that trained to its end or budget, 130 for an interrupted one
+(its checkpoint saved) and 1 for one that diverged (`train.stop_on_nonfinite`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -18,6 +21,7 @@ import yaml
 from formers.config import did_you_mean
 from formers.errors import FormersError
 from formers.overrides import flatten, parse_overrides
+from formers.train.metrics import json_safe
 
 SECTIONS = ("preset", "model", "train")  # of a --config file
 
@@ -54,6 +58,7 @@ def requested(args: argparse.Namespace, extra: list[str]) -> tuple[str | None, d
 
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.train.checkpoint import latest_checkpoint
     from formers.train.config import run_config
     from formers.train.resume import resumed_config
     from formers.train.trainer import train
@@ -68,7 +73,7 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         cfg = run_config(preset or "vanilla", overrides)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir or f"runs/{cfg.preset}-{Path(cfg.train.corpus).name}-{stamp}")
-        if (run_dir / "checkpoints").exists():
+        if latest_checkpoint(run_dir) is not None:
             raise FormersError(
                 f"{run_dir} already holds a run: continue it with --resume, or pick another "
                 "--run-dir"
@@ -85,5 +90,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         }
         if result.valid is not None:
             summary["valid"] = result.valid.as_dict()
-        print(json.dumps(summary, indent=2))
+        if result.divergence is not None:
+            summary["divergence"] = dataclasses.asdict(result.divergence)
+        print(json.dumps(json_safe(summary), indent=2, allow_nan=False))
+    if result.stopped == "nonfinite":
+        return 1
     return 130 if result.interrupted else 0

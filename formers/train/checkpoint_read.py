@@ -21,7 +21,6 @@ from formers.train.checkpoint_format import (
     CHECKPOINTS_DIR,
     CHECKSUMS_KEY,
     FORMAT_VERSION,
-    LATEST_FILE,
     MANIFEST_FILE,
     MODEL_FILE,
     STEP_DIR,
@@ -36,17 +35,15 @@ CHECKSUM_CHUNK = 1 << 20
 
 
 def latest_checkpoint(run_dir: Path | str) -> Path | None:
-    """The newest complete checkpoint of a run: the one `checkpoints/latest` names, or, if that
-    pointer is missing or dangling, the highest step directory with a manifest. None if none."""
+    """The newest complete checkpoint of a run: its highest complete step directory. None if
+    none.
+
+    That is what `checkpoints/latest` names once a save has finished; a process killed between
+    the rename of a new checkpoint and the pointer's update leaves the pointer one behind, and
+    continuing from there would rewrite (and for a moment lose) the newer checkpoint."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return None
-    try:
-        name = (root / LATEST_FILE).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        name = ""
-    if STEP_DIR.match(name) and is_complete(root / name):
-        return root / name
     complete = step_dirs(root)
     return complete[-1] if complete else None
 

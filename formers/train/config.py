@@ -57,6 +57,8 @@ class TrainConfig:
         grad_clip: clip the gradient's global norm to this (0: no clipping).
         label_smoothing: ε of the smoothed targets (Vaswani §5.4).
         aux_loss_coef: weight of the model's auxiliary losses (Switch, Routing) in the loss.
+        stop_on_nonfinite: stop the run when the loss or the gradient norm is NaN or infinite
+            (the weights of that step are not kept) instead of training on.
     """
 
     corpus: str = "stdlib"
@@ -91,6 +93,7 @@ class TrainConfig:
     log_every: int = 10
     save_every: int = 250
     keep_checkpoints: int = 2
+    stop_on_nonfinite: bool = True
 
     def __post_init__(self) -> None:
         check_finite(self, prefix="train.")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
+
+from formers.train.run_folder import write_text_atomically
 
 
 class MetricsLog:
@@ -18,12 +21,8 @@ class MetricsLog:
     def __init__(self, run_dir: Path, resume_step: int | None = None, tensorboard: bool = True):
         self.path = run_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= resume_step
-            ]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            kept = [r for r in records(self.path.read_text()) if r.get("step", 0) <= resume_step]
+            write_text_atomically(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         elif resume_step is None:
             self.path.write_text("")
         self.file = self.path.open("a")
@@ -39,7 +38,7 @@ class MetricsLog:
     def log(self, kind: str, step: int, **values: Any) -> None:
         """Write one record, e.g. log("train", 100, loss=2.3, lr=1e-3)."""
         record = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
         self.file.flush()
         if self.writer is not None:
             for name, value in values.items():
@@ -60,5 +59,30 @@ def read_metrics(run_dir: Path, kind: str | None = None) -> list[dict[str, Any]]
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in records if kind is None or r["kind"] == kind]
+    return [r for r in records(path.read_text()) if kind is None or r["kind"] == kind]
+
+
+def records(text: str) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl text; a last line cut short (the process was killed while
+    writing it) is left out."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    out = []
+    for index, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index < len(lines) - 1:
+                raise
+    return out
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinite float replaced by None, so strict JSON parsers read it
+    (json.dumps would write the bare NaN and Infinity tokens JSON does not have)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value

@@ -7,6 +7,7 @@ as saved; a changed one of those is refused with the list of differences. What m
                                 with (`schedule_steps`), so more steps do not re-stretch it
   eval_every, eval_tokens, eval_batch_size, log_every, save_every, keep_checkpoints
                                 how it is watched and saved
+  stop_on_nonfinite             whether a NaN or infinite loss stops it
   device, compile, data_dir     where it runs and finds its data (the same bytes)
   distributed                   ddp or fsdp: how processes share the model (either checkpoint
                                 layout loads into either)
@@ -37,6 +38,7 @@ RESUMABLE = frozenset(
         "log_every",
         "save_every",
         "keep_checkpoints",
+        "stop_on_nonfinite",
         "device",
         "compile",
         "data_dir",
@@ -90,7 +92,12 @@ def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any])
         FormersError: no run to continue there, or a change that would make it another run.
     """
     if not run_dir.is_dir() or latest_checkpoint(run_dir) is None:
-        what = "does not exist" if not run_dir.exists() else "holds no checkpoint"
+        if not run_dir.exists():
+            what = "does not exist"
+        elif (run_dir / "config.json").exists():
+            what = "holds no complete checkpoint (its run stopped before its first save)"
+        else:
+            what = "holds no checkpoint"
         raise FormersError(
             f"--resume: {run_dir} {what}, so there is no run to continue: check --run-dir, or "
             "leave out --resume to start a new run there"

@@ -1,16 +1,30 @@
-"""Ctrl-C and SIGTERM as a request to stop after the current step (and save)."""
+"""Ctrl-C and SIGTERM as a request to stop after the current step (and save).
+
+The first signal sets a flag the loop checks after each step; the loop then saves a checkpoint
+and stops. A second one (an impatient Ctrl-C while that checkpoint is being written) would lose
+every step since the last save, so it only says what is happening; a third stops at once.
+"""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
+WAITING = (
+    "\nstopping: finishing the step and saving a checkpoint so no work is lost; "
+    "press Ctrl-C once more to quit at once without it\n"
+)
+
 
 class StopSignal:
-    """Turns the first SIGINT/SIGTERM into a flag the loop checks after each step."""
+    """Turns SIGINT/SIGTERM into a flag the loop checks after each step: the first sets it, the
+    second says the save is on its way, the third raises KeyboardInterrupt (quit without saving).
+    """
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.count = 0
         self._previous: dict[int, object] = {}
 
     def __enter__(self) -> StopSignal:
@@ -23,8 +37,14 @@ class StopSignal:
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
-        self.received = signum
-        signal.signal(signum, signal.SIG_DFL)  # a second signal stops at once
+        self.count += 1
+        if self.count == 1:
+            self.received = signum
+        elif self.count == 2:
+            # os.write, not print: the handler may run in the middle of a write to sys.stderr
+            os.write(sys.stderr.fileno(), WAITING.encode())
+        else:
+            raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():

@@ -13,6 +13,7 @@ next (`out.memory`) goes in and out without the loop knowing what it is.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from formers.errors import FormersError
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import (
@@ -41,6 +43,11 @@ from formers.train.precision import autocast_for
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
 from formers.train.rng import seed_everything
+from formers.train.run_folder import (
+    clear_unfinished_run,
+    remove_unfinished_writes,
+    write_text_atomically,
+)
 from formers.train.run_lock import RunLock
 from formers.train.schedule import lr_at
 from formers.train.stop_signal import StopSignal
@@ -52,7 +59,9 @@ class TrainResult:
     """Where a run ended, why, and how good it was.
 
     `stopped` says why: "max_steps", "time_budget", "signal" (interrupted; a checkpoint was
-    saved) or "finished" (a resumed run that had already reached max_steps: nothing was done).
+    saved), "finished" (a resumed run that had already reached max_steps: nothing was done) or
+    "nonfinite" (the loss or gradient norm was NaN or infinite: `divergence` says where; that
+    step's weights were not kept and nothing was saved after the last checkpoint).
     """
 
     run_dir: Path
@@ -62,6 +71,36 @@ class TrainResult:
     valid: EvalResult | None
     interrupted: bool
     stopped: str = "max_steps"
+    divergence: Divergence | None = None
+
+
+@dataclass
+class Divergence:
+    """The step whose loss or gradient norm was not finite, and the last step that was."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    last_finite_step: int | None
+    last_finite_loss: float | None
+    checkpoint_step: int | None  # the latest checkpoint, which the run keeps
+
+    def describe(self) -> str:
+        last = (
+            f"the last finite loss was {self.last_finite_loss:.4f}, at step {self.last_finite_step}"
+            if self.last_finite_loss is not None
+            else "no step before it was finite"
+        )
+        kept = (
+            f"the latest checkpoint (step {self.checkpoint_step}) is kept"
+            if self.checkpoint_step is not None
+            else "there is no checkpoint"
+        )
+        return (
+            f"training diverged: step {self.step} gave loss {self.loss} and gradient norm "
+            f"{self.grad_norm} ({last}); its weights were not kept and {kept}. Train again with "
+            "a lower train.lr, more train.warmup_steps or a train.grad_clip"
+        )
 
 
 @dataclass
@@ -79,6 +118,9 @@ class Run:
     autocast: AbstractContextManager
     state: TrainState
     memory: Any = None  # what the model carries from one batch to the next (`out.memory`)
+    last_finite: tuple[int, float] | None = None  # the last step and its (finite) loss
+    saved_step: int | None = None  # the step of the newest checkpoint, if it holds this state
+    divergence: Divergence | None = None
     log: MetricsLog | None = None
     lock: RunLock | None = None  # rank 0's hold on the run folder
     seconds: float = 0.0  # training time, resumed runs included
@@ -131,7 +173,12 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
         while run.state.step < tc.max_steps:
             step_start = time.perf_counter()
             lr = set_learning_rate(run)
-            loss, grad_norm = take_step(run)
+            loss, grad_norm, tokens = compute_gradients(run)
+            if tc.stop_on_nonfinite and not finite_everywhere(loss, grad_norm, run.env):
+                run.divergence = diverged(run, loss, grad_norm)
+                stopped = "nonfinite"
+                break
+            take_step(run, tokens)
             run.seconds += time.perf_counter() - step_start
             log_step(run, loss, lr, grad_norm, bar)
             budget = tc.time_budget_seconds
@@ -146,8 +193,9 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             if tc.save_every and run.state.step % tc.save_every == 0:
                 save(run)
         bar.close()
-        save(run)
-    if stopped != "signal":
+        if stopped != "nonfinite":  # a diverged step is not worth a checkpoint
+            save(run)
+    if stopped not in ("signal", "nonfinite"):
         valid = evaluate_now(run, None, None)
     finish(run, stopped)
     return TrainResult(
@@ -158,6 +206,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
         valid,
         stopped == "signal",
         stopped,
+        run.divergence,
     )
 
 
@@ -177,7 +226,13 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
     tc = cfg.train
     env = distributed.setup(tc.device)  # a missing device is refused here, before anything else
     seed_everything(tc.seed + env.rank)
-    checkpoint = latest_checkpoint(run_dir) if resume else None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None and not resume:
+        raise FormersError(
+            f"{run_dir} already holds a run (its latest checkpoint is step "
+            f"{read_train_state(checkpoint).step}): continue it with resume=True, or train in "
+            "another folder"
+        )
     if checkpoint is not None:  # the saved streams, on however many processes resume them
         cfg = keep_streams(cfg, read_train_state(checkpoint), env.world_size, env.is_main)
     task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
@@ -191,6 +246,7 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
         if env.is_main:
             lock = RunLock(run_dir)
             lock.acquire()
+            prepare_folder(run_dir, fresh=checkpoint is None)
         run = _restore(cfg, run_dir, checkpoint, env, task)
     except BaseException:
         if lock is not None:
@@ -200,6 +256,21 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
         raise
     run.lock = lock
     return run
+
+
+def prepare_folder(run_dir: Path, fresh: bool) -> None:
+    """Clear what a crash left: unfinished file writes, and for a new run everything an earlier
+    run left that never completed a checkpoint (said on stderr)."""
+    if not fresh:
+        remove_unfinished_writes(run_dir)
+        return
+    removed = clear_unfinished_run(run_dir)
+    if removed:
+        print(
+            f"note: {run_dir} held a run that never completed a checkpoint; starting a new run "
+            f"there and discarding what it left ({', '.join(removed)})",
+            file=sys.stderr,
+        )
 
 
 def _restore(
@@ -227,7 +298,7 @@ def _restore(
         if not loaded.rng_restored:  # a process the saved run did not have
             seed_everything(fresh_seed(tc.seed, env.rank, state.step))
     if env.is_main:  # the config the run trains with from now on (resumed: with its changes)
-        (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+        write_text_atomically(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
         task.save_files(run_dir)
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
     autocast = (autocast_for_sharded if sharded else autocast_for)(tc.precision, env.device)
@@ -248,6 +319,7 @@ def _restore(
         memory=memory,
         log=log,
         seconds=float(state.extra.get("train_seconds", 0.0)),
+        saved_step=state.step if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
     )
 
@@ -263,9 +335,9 @@ def set_learning_rate(run: Run) -> float:
     return lr
 
 
-def take_step(run: Run) -> tuple[float, torch.Tensor]:
-    """One optimizer step over `grad_accum` micro-batches; returns the mean loss (this process)
-    and the gradient norm before clipping."""
+def compute_gradients(run: Run) -> tuple[float, torch.Tensor, int]:
+    """Forward and backward over `grad_accum` micro-batches, then clip; returns the mean loss
+    (this process), the gradient norm before clipping and the tokens (of all processes)."""
     tc, env = run.cfg.train, run.env
     total_loss, tokens = 0.0, 0
     run.metrics = {}
@@ -284,19 +356,44 @@ def take_step(run: Run) -> tuple[float, torch.Tensor]:
             run.metrics[name] = run.metrics.get(name, 0.0) + float(value) / tc.grad_accum
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
     grad_norm = distributed.clip_grad_norm(run.model.parameters(), clip)
+    return total_loss, grad_norm, tokens * env.world_size
+
+
+def take_step(run: Run, tokens: int) -> None:
+    """The optimizer step on the gradients `compute_gradients` left, and the step's bookkeeping."""
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.state.step += 1
-    run.state.tokens_seen += tokens * env.world_size
+    run.state.tokens_seen += tokens
     run.state.data_state = run.batches.state_dict()
-    run.window["tokens"] += tokens * env.world_size
-    return total_loss, grad_norm
+    run.window["tokens"] += tokens
+
+
+def finite_everywhere(loss: float, grad_norm: torch.Tensor, env: distributed.Distributed) -> bool:
+    """Whether every process's loss and the (global) gradient norm are finite."""
+    finite = math.isfinite(loss) and math.isfinite(float(grad_norm))
+    return not any_rank(not finite, env)
+
+
+def diverged(run: Run, loss: float, grad_norm: torch.Tensor) -> Divergence:
+    """What went wrong at the step about to be taken, and what the run keeps."""
+    last_step, last_loss = run.last_finite or (None, None)
+    checkpoint = latest_checkpoint(run.run_dir)
+    return Divergence(
+        step=run.state.step + 1,
+        loss=loss,
+        grad_norm=float(grad_norm),
+        last_finite_step=last_step,
+        last_finite_loss=last_loss,
+        checkpoint_step=read_train_state(checkpoint).step if checkpoint is not None else None,
+    )
 
 
 def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqdm) -> None:
     """Log the loss and the model's diagnostics (averaged over processes), the rate and the
     throughput every `log_every` steps."""
     step = run.state.step
+    run.last_finite = (step, loss)
     if step % run.cfg.train.log_every == 0 or step == 1:
         mean_loss = distributed.all_reduce_mean(loss, run.env)
         diagnostics = {
@@ -340,7 +437,12 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
 
 def save(run: Run) -> None:
     """A checkpoint of everything the run needs to continue exactly: every process writes its
-    own random state and memory rows (and, under FSDP, its shards); rank 0 the rest."""
+    own random state and memory rows (and, under FSDP, its shards); rank 0 the rest.
+
+    A step already saved is not saved again: rewriting a checkpoint in place swaps the old
+    folder out before the new one is in, a moment in which a crash would lose both."""
+    if run.saved_step == run.state.step:
+        return
     run.state.extra["train_seconds"] = run.seconds
     save_checkpoint(
         run.run_dir,
@@ -351,6 +453,7 @@ def save(run: Run) -> None:
         memory=run.memory,
         keep=run.cfg.train.keep_checkpoints,
     )
+    run.saved_step = run.state.step
 
 
 STOPPED = {
@@ -361,6 +464,13 @@ STOPPED = {
 }
 
 
+def stop_reason(run: Run, stopped: str) -> str:
+    """Why the run stopped, in words."""
+    if stopped == "nonfinite" and run.divergence is not None:
+        return run.divergence.describe()
+    return STOPPED[stopped]
+
+
 def finish(run: Run, stopped: str) -> None:
     """Close the log and the process group; say on stderr why training stopped."""
     if run.log is not None:
@@ -368,7 +478,7 @@ def finish(run: Run, stopped: str) -> None:
     distributed.teardown()
     if run.env.is_main:
         print(
-            f"stopped at step {run.state.step}: {STOPPED[stopped]} ({run.run_dir})",
+            f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})",
             file=sys.stderr,
         )
 

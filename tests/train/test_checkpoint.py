@@ -354,12 +354,16 @@ def test_crash_mid_save_keeps_previous_checkpoint(
     monkeypatch.undo()
 
     assert latest_file.read_text() == pointer
+    if where == "latest":
+        # renamed into place before the pointer moved: complete, so the newest checkpoint (the
+        # pointer one behind must not send a resume back to step 1, to rewrite step 2)
+        good, good_weights = tmp_path / "checkpoints" / "step_000002", _params(model)
     assert latest_checkpoint(tmp_path) == good
     model2 = TinyLM()
     loaded = load_checkpoint(
         tmp_path, model=model2, optimizer=torch.optim.Adam(model2.parameters())
     )
-    assert loaded.path == good and loaded.state.step == 1
+    assert loaded.path == good and loaded.state.step == int(good.name.removeprefix("step_"))
     assert all(torch.equal(v, good_weights[k]) for k, v in model2.state_dict().items())
 
     # The next successful save cleans up whatever the crash left behind.

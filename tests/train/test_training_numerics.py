@@ -56,7 +56,8 @@ def one_step(cfg, run_dir):
     try:
         before = [p.detach().clone() for p in run.model.parameters()]
         trainer.set_learning_rate(run)
-        trainer.take_step(run)
+        *_, tokens = trainer.compute_gradients(run)
+        trainer.take_step(run, tokens)
         after = [p.detach().clone() for p in run.model.parameters()]
     finally:
         run.lock.release()

@@ -23,6 +23,7 @@ from formers.data.batching import StreamBatcher
 from formers.data.corpora import Corpus, load_corpus
 from formers.train.config import RunConfig, with_data_fields
 from formers.train.evaluate import EvalResult, evaluate
+from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task
 
 
@@ -76,7 +77,9 @@ class CausalLMTask(Task):
         return with_data_fields(cfg, {"vocab_size": self.data.tokenizer.vocab_size}, source)
 
     def save_files(self, run_dir: Path) -> None:
-        (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
+        write_text_atomically(
+            run_dir / "tokenizer.json", json.dumps(self.data.tokenizer.to_dict()) + "\n"
+        )
 
     def train_batches(self, rank: int, world_size: int) -> StreamBatches:
         tc = self.cfg.train

@@ -38,6 +38,7 @@ from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.errors import FormersError
 from formers.layers.output import token_loss
 from formers.train.config import RunConfig, with_data_fields
+from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task
 
 EVAL_SEED = 20190524  # fixed: the masks of evaluation never depend on the run
@@ -195,9 +196,11 @@ class MaskedLMTask(Task):
         return with_data_fields(cfg, {"vocab_size": vocab.size, "pad_id": vocab.pad_id}, source)
 
     def save_files(self, run_dir: Path) -> None:
-        (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
+        write_text_atomically(
+            run_dir / "tokenizer.json", json.dumps(self.data.tokenizer.to_dict()) + "\n"
+        )
         specials = json.dumps(self.vocab.special_tokens())
-        (run_dir / "special_tokens.json").write_text(specials + "\n")
+        write_text_atomically(run_dir / "special_tokens.json", specials + "\n")
 
     def train_batches(self, rank: int, world_size: int) -> MaskedBatches:
         tc = self.cfg.train

@@ -45,6 +45,7 @@ from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_MAX_LEN_B
 from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
 from formers.train.config import RunConfig, with_data_fields
+from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task
 
 
@@ -190,7 +191,9 @@ class TranslationTask(Task):
         return with_data_fields(cfg, fields, f"{self.data.name}'s joint BPE")
 
     def save_files(self, run_dir: Path) -> None:
-        (run_dir / "tokenizer.json").write_text(json.dumps(self.data.tokenizer.to_dict()) + "\n")
+        write_text_atomically(
+            run_dir / "tokenizer.json", json.dumps(self.data.tokenizer.to_dict()) + "\n"
+        )
 
     def train_batches(self, rank: int, world_size: int) -> TranslationBatcher:
         tc, tok = self.cfg.train, self.data.tokenizer
