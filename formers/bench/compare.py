@@ -123,6 +123,8 @@ def run_compare(
         if trained.interrupted:
             result.interrupted = True
             return result
+        if trained.divergence is not None:
+            raise FormersError(f"{label} in {path}: {trained.divergence.describe()}")
         _say(
             f"{label}: step {trained.step}, {trained.train_seconds:.1f}s, "
             f"valid loss {trained.valid.loss:.4f}"

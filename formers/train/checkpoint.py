@@ -32,8 +32,10 @@ non-finite floats records the rest, so `unflatten_state` gives back exactly what
 
 Saving writes a temporary sibling directory, fsyncs every file, renames it into place with
 `os.replace` and only then moves the `checkpoints/latest` pointer (itself replaced atomically). A
-crash at any moment leaves the previous checkpoint and pointer intact; leftovers are ignored by the
-loader and removed by the next successful save. Under torchrun every process calls
+crash at any moment leaves the previous checkpoint intact; leftovers are ignored by the loader and
+removed by the next successful save. The latest checkpoint is the highest complete step (a crash
+between the rename and the pointer's update leaves a complete checkpoint the pointer does not
+name yet). Under torchrun every process calls
 `save_checkpoint` (it is collective): all write into rank 0's temporary folder, and rank 0 writes
 the manifest and renames it once all have written (a shared filesystem across nodes).
 """

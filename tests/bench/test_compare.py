@@ -231,3 +231,11 @@ def test_a_vocab_size_the_corpus_does_not_have_is_refused_before_the_folder_is_m
     err = capsys.readouterr().err
     assert "model.vocab_size=10" in err and "makes it 256" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_a_diverging_preset_stops_the_comparison_with_one_line(tmp_path, corpus, capsys):
+    args = compare_args(tmp_path / "cmp", corpus, "vanilla", **{"train.lr": "1e6"})
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines()[-1].startswith("error: [1/1] vanilla seed 0 in ")
+    assert "training diverged: step" in err and "Traceback" not in err
