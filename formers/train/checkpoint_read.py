@@ -230,6 +230,6 @@ def mismatch(path: Path, problems: list[tuple[str, list[str]]]) -> CheckpointMis
     )
     return CheckpointMismatchError(
         f"{path} does not fit the model ({details}): the checkpoint was made for another model "
-        f"config; build the model from its config.json ({path.parent}), as formers eval and "
-        "--resume do"
+        f"config; build the model from its config.json ({path.parent}), as formers.load_run "
+        "does"
     )

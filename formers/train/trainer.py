@@ -459,7 +459,7 @@ def save(run: Run) -> None:
 STOPPED = {
     "max_steps": "reached max_steps",
     "time_budget": "the time budget ran out",
-    "signal": "interrupted; checkpoint saved, continue with --resume",
+    "signal": "interrupted; checkpoint saved, continue it with --resume (resume=True in Python)",
     "finished": "already finished earlier: nothing to do",
 }
 
