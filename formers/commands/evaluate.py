@@ -13,6 +13,7 @@ from formers.commands.translate import (
 )
 from formers.devices import resolve_device
 from formers.errors import FormersError
+from formers.train.metrics import json_safe
 
 # `formers eval`'s language-model flags and their defaults (given on a translation run: an error)
 LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
@@ -74,5 +75,5 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         **runtime_report(run.config.model),
         **result.as_dict(),
     }
-    print(json.dumps(report, indent=2))
+    print(json.dumps(json_safe(report), indent=2, allow_nan=False))  # strict JSON: NaN is null
     return 0

@@ -23,6 +23,7 @@ from formers.devices import resolve_device
 from formers.errors import FormersError
 from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
 from formers.infer.translate import DEFAULT_BATCH_TOKENS
+from formers.train.metrics import json_safe
 
 # `formers eval`'s translation flags and their defaults (given on a language model: an error);
 # the search's are the library's, so `formers.infer.translate` and the command line agree
@@ -169,7 +170,7 @@ def cmd_eval_translation(args: argparse.Namespace) -> int:
         **result.as_dict(),
         "hypotheses_file": str(hyps),
     }
-    print(json.dumps(report, indent=2))
+    print(json.dumps(json_safe(report), indent=2, allow_nan=False))  # strict JSON: NaN is null
     print(f"BLEU = {result.bleu:.2f}  {result.bleu_signature}", file=sys.stderr)
     print(f"chrF = {result.chrf:.2f}  {result.chrf_signature}", file=sys.stderr)
     return 0

@@ -206,6 +206,7 @@ def test_stop_on_nonfinite_off_trains_on_and_writes_null(tmp_path, corpus):
     summary = strict_json(result.stdout)
     assert summary["step"] == 30 and summary["valid"]["loss"] is None
     assert any(r["loss"] is None for r in read_metrics(run, "train"))
+    assert strict_json(formers("eval", run, "--max-tokens", 64).stdout)["loss"] is None
 
 
 def test_the_trainer_never_rewrites_a_checkpoint_in_place(tmp_path, corpus, monkeypatch):
