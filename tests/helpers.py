@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 
 import torch
 
@@ -99,3 +101,18 @@ def toy_translation_settings(corpus: str) -> dict:
         "train.save_every": 0,
         "train.precision": "fp32",
     }
+
+
+def run_formers(*args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m formers ARGS` in a fresh process, as a user runs it (text output captured);
+    with `check`, its exit status must be 0."""
+    result = subprocess.run(
+        [sys.executable, "-m", "formers", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result

@@ -7,19 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_formers
 
-
-def formers(*args, check=True):
-    result = subprocess.run(
-        [sys.executable, "-m", "formers", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
+formers = run_formers
 
 TINY = [
     "--model.n_layers",

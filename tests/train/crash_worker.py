@@ -2,12 +2,15 @@
 
 It imports torch and formers once, then reads one trial per line of stdin (JSON: run_dir,
 ledger, point, at, mode, args), forks a child that arranges to kill itself at the `at`-th call
-of the named point and runs `formers train ARGS`, and prints the child's wait status. The fork
+of the named point (point null: not at all) and runs `formers train ARGS`, and prints the
+child's wait status. Runs that are compared are all made here, so that every number comes from
+processes alike (the test process's own torch settings, changed by earlier tests, can move a
+float32 result in its last bit). The fork
 saves the trials a second of imports each; the parent never runs a torch operation, so its
 children start with no thread pools to inherit.
 
 The child appends the step of each checkpoint the trainer completes to `ledger` (fsynced), so
-the test knows which checkpoints a crash must not lose.
+the test knows which checkpoints a crash must not lose, and its output to `ledger`.log.
 """
 
 from __future__ import annotations
@@ -110,7 +113,9 @@ def keep_ledger(ledger: str) -> None:
 
 def run_trial(trial: dict[str, Any]) -> None:
     keep_ledger(trial["ledger"])
-    if trial["point"] == "run file":
+    if trial["point"] is None:  # a run that is not killed (the reference, a recovery)
+        pass
+    elif trial["point"] == "run file":
         die_in_run_file(trial["at"])
     else:
         owner, name = POINTS[trial["point"]]
@@ -123,9 +128,9 @@ def main() -> None:
         trial = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 1)
-            os.dup2(devnull, 2)
+            log = os.open(trial["ledger"] + ".log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
             try:
                 run_trial(trial)
             finally:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from formers import cli
 from formers.models import build
 from formers.run import checkpoint_steps
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint
@@ -64,12 +63,41 @@ def corpus(tmp_path_factory):
     return path
 
 
+class Worker:
+    """crash_worker.py, running: `train(...)` runs `formers train` in a child of it."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def train(self, run: Path, args: list[str], ledger: Path, point=None, at=0, mode="") -> int:
+        """The wait status of `formers train --run-dir RUN ARGS` killed at `point` (None: not)."""
+        line = {"run_dir": str(run), "ledger": str(ledger), "args": args}
+        line.update(point=point, at=at, mode=mode)
+        self.process.stdin.write(json.dumps(line) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())["status"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
 @pytest.fixture(scope="module")
-def reference(corpus, tmp_path_factory):
+def worker():
+    worker = Worker()
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, worker, tmp_path_factory):
     """The metrics of the run never killed."""
-    run = tmp_path_factory.mktemp("reference") / "run"
-    assert cli.main(["train", "--run-dir", str(run), "--train.corpus", str(corpus), *FLAGS]) == 0
-    return metrics_of(run)
+    folder = tmp_path_factory.mktemp("reference")
+    args = ["--train.corpus", str(corpus), *FLAGS]
+    assert worker.train(folder / "run", args, folder / "ledger") == 0
+    return metrics_of(folder / "run")
 
 
 def metrics_of(run: Path) -> list[tuple]:
@@ -92,33 +120,22 @@ def check_nothing_completed_was_lost(run: Path, ledger: Path) -> None:
     load_checkpoint(latest, model=model, optimizer=make_optimizer(model, cfg.train))
 
 
-def recover(run: Path, corpus: Path) -> int:
+def recover(worker: Worker, run: Path, corpus: Path, ledger: Path) -> int:
     """Continue the run if it has a checkpoint, else start it again there."""
     if latest_checkpoint(run) is not None:
-        return cli.main(["train", "--run-dir", str(run), "--resume", "--no-progress"])
-    return cli.main(["train", "--run-dir", str(run), "--train.corpus", str(corpus), *FLAGS])
+        return worker.train(run, ["--resume", "--no-progress"], ledger)
+    return worker.train(run, ["--train.corpus", str(corpus), *FLAGS], ledger)
 
 
 def test_a_run_killed_anywhere_resumes_or_restarts_and_loses_no_checkpoint(
-    tmp_path, corpus, reference, capsys
+    tmp_path, corpus, worker, reference
 ):
-    planned = trials(30)
-    worker = subprocess.Popen(
-        [sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        for index, trial in enumerate(planned):
-            run, ledger = tmp_path / f"run{index}", tmp_path / f"ledger{index}"
-            args = ["--train.corpus", str(corpus), *FLAGS]
-            line = {**trial, "run_dir": str(run), "ledger": str(ledger), "args": args}
-            worker.stdin.write(json.dumps(line) + "\n")
-            worker.stdin.flush()
-            status = json.loads(worker.stdout.readline())["status"]
-            assert status == 9, f"{trial}: the worker was not killed (wait status {status})"
-            check_nothing_completed_was_lost(run, ledger)
-            assert recover(run, corpus) == 0, (trial, capsys.readouterr().err[-2000:])
-            assert metrics_of(run) == reference, trial
-            capsys.readouterr()
-    finally:
-        worker.stdin.close()
-        worker.wait(timeout=60)
+    for index, trial in enumerate(trials(30)):
+        run, ledger = tmp_path / f"run{index}", tmp_path / f"ledger{index}"
+        status = worker.train(run, ["--train.corpus", str(corpus), *FLAGS], ledger, **trial)
+        assert status == 9, f"{trial}: the worker was not killed (wait status {status})"
+        check_nothing_completed_was_lost(run, ledger)
+        recovered = tmp_path / f"recovered{index}"
+        status = recover(worker, run, corpus, recovered)
+        assert status == 0, (trial, Path(f"{recovered}.log").read_text()[-2000:])
+        assert metrics_of(run) == reference, trial

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from helpers import run_formers
 
 from formers.errors import FormersError
 from formers.train import checkpoint, checkpoint_write, trainer
@@ -50,17 +51,7 @@ def tiny(corpus, **train):
     return run_config("vanilla", overrides)
 
 
-def formers(*args, check=True, **kwargs):
-    result = subprocess.run(
-        [sys.executable, "-m", "formers", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        **kwargs,
-    )
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
+formers = run_formers
 
 
 def strict_json(text):
