@@ -8,6 +8,7 @@ and optimizer on each process and averages the gradients; "fsdp" shards them
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -55,11 +56,24 @@ def setup(device: str = "auto") -> Distributed:
 
 
 def teardown() -> None:
-    """Leave the process group, if any, once every process is done with it: a process that
-    destroys its group while a peer still has gloo work in flight can abort the peer."""
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    """Leave the process group, if any, once every process is done with it, and end its
+    worker threads while the interpreter still runs. Call it after dropping the model and
+    optimizer: their FSDP state and DTensors refer to the group.
+
+    The barrier: a process that destroys its group while a peer still has gloo work in flight
+    can abort the peer. The threads: a gloo worker lets go of a finished collective's tensors
+    a moment after the waiting process has moved on, and letting go of a tensor Python knows
+    takes the GIL. A thread that asks for the GIL once the interpreter has begun to shut down
+    is ended inside a C++ destructor, and the process aborts ("terminate called without an
+    active exception"), however the run went. `destroy_process_group` leaves the threads
+    running; the group's destructor joins them, once nothing refers to the group any more.
+    """
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    dist.destroy_process_group()
+    fsdp.forget_meshes()
+    gc.collect()  # FSDP's modules and hooks refer to each other: only the collector frees them
 
 
 def shards(env: Distributed, strategy: str) -> bool:

@@ -22,16 +22,21 @@ CPU, autocast as in one process.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections import defaultdict
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from formers.train.precision import autocast_for, resolve_precision
+
+# every mesh `shard` made: each holds the process group, and outlives the model in DTensor's
+# caches (see `forget_meshes`)
+_meshes: weakref.WeakSet[DeviceMesh] = weakref.WeakSet()
 
 
 def shard(model: nn.Module, world_size: int, device: torch.device, precision: str) -> nn.Module:
@@ -54,11 +59,20 @@ def shard(model: nn.Module, world_size: int, device: torch.device, precision: st
     # hook; our blocks add every sublayer's output out of place (PostNorm, PreNorm).
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     mesh = init_device_mesh(device.type, (world_size,))
+    _meshes.add(mesh)
     policy = mixed_precision(precision, device)
     for unit in units(model):
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
+
+
+def forget_meshes() -> None:
+    """Make the meshes `shard` made let go of their process groups, once the groups are
+    destroyed: DTensor's sharding caches keep the meshes alive after the model, and a group
+    that something still refers to keeps its worker threads (`distributed.teardown`)."""
+    for mesh in _meshes:
+        getattr(mesh, "_pg_registry", {}).clear()  # torch's own (private) table of them
 
 
 def units(model: nn.Module) -> list[nn.Module]:

@@ -151,10 +151,13 @@ def train(
     """
     run = start(cfg, Path(run_dir), resume, data)
     try:
-        return train_loop(run, progress)
+        result = train_loop(run, progress)
     finally:
         if run.lock is not None:
             run.lock.release()
+    del run  # its model and optimizer refer to the process group, which teardown frees
+    distributed.teardown()
+    return result
 
 
 def train_loop(run: Run, progress: bool) -> TrainResult:
@@ -472,10 +475,9 @@ def stop_reason(run: Run, stopped: str) -> str:
 
 
 def finish(run: Run, stopped: str) -> None:
-    """Close the log and the process group; say on stderr why training stopped."""
+    """Close the log; say on stderr why training stopped."""
     if run.log is not None:
         run.log.close()
-    distributed.teardown()
     if run.env.is_main:
         print(
             f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})",

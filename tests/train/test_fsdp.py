@@ -9,7 +9,8 @@
 - a sharded checkpoint converts to the single file with the same weights and logits, and
   `formers eval` reads either;
 - a process that fails during a sharded save fails the save everywhere and leaves the last
-  checkpoint.
+  checkpoint;
+- a finished run leaves no gloo thread behind to outlive the interpreter.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from formers.train.rng import seed_everything
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 WORKER = Path(__file__).with_name("fsdp_worker.py")
+TEARDOWN_WORKER = Path(__file__).with_name("teardown_worker.py")
 
 
 def model_args(preset: str, dropout: float = 0.0) -> list[str]:
@@ -242,3 +244,19 @@ def test_a_process_failing_during_a_sharded_save_keeps_the_last_checkpoint(scena
         assert result["latest"] == "step_000001" and result["loaded_step"] == 1
         assert result["same_weights"] and result["own_memory"], result
         assert result["leftovers"] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+@pytest.mark.parametrize("strategy", ["fsdp", pytest.param("ddp", marks=pytest.mark.slow)])
+def test_a_finished_run_leaves_no_gloo_thread_behind(strategy, corpus, tmp_path):
+    """A gloo worker thread drops a finished collective's tensors a moment after the process
+    moved on, taking the GIL to do so; once the interpreter shuts down, that aborts the process
+    ("terminate called without an active exception"), which happened under load. So training
+    must end the group's threads itself, before it returns."""
+    done = subprocess.run(
+        [*TORCHRUN, str(TEARDOWN_WORKER), strategy, str(corpus), str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"threads_{rank}.json").read_text()) == [], rank
