@@ -24,4 +24,6 @@ formers train --preset vanilla --run-dir "$run" \
 echo "== test split =="
 formers eval "$run" --split test
 echo "== sample =="
-formers generate "$run" --prompt "def " --max-new-tokens 300 --temperature 0.8 --top-k 40
+# a method's first line puts the model in the middle of code rather than in a docstring
+formers generate "$run" --prompt "    def __init__(self, " --max-new-tokens 300 --temperature 0.8 \
+  --top-k 40

@@ -53,4 +53,4 @@ def test_the_demo_runs_end_to_end():
     final = json.loads(result.stdout.split("== test split ==")[0])
     assert final["step"] == 40 and final["valid"]["loss"] > 0
     sample = result.stdout.split("== sample ==\n")[1]
-    assert sample.startswith("def ") and len(sample) > 100
+    assert sample.startswith("    def __init__(self, ") and len(sample) > 100
