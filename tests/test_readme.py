@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
@@ -53,3 +56,154 @@ def test_the_readmes_slow_test_command_finds_tests():
     )
     counts = result.stdout.strip().splitlines()[-1]  # "2/611 tests collected (609 deselected)"
     assert result.returncode == 0 and not counts.startswith("0/"), counts
+
+
+# The shell commands of the README, run top to bottom at a small size. Each command runs as
+# written, followed by flags that shrink it (overrides given later win): a 1-layer model, tiny
+# batches, and every step count divided by STEP_SCALE, so the checkpoints a command names and the
+# checkpoints the settings shown keep are scaled alike.
+STEP_SCALE = 50
+STEP_FIELDS = ("max_steps", "save_every", "eval_every", "warmup_steps")
+TINY_MODEL = ["--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "4",
+              "--model.d_ff", "64"]  # fmt: skip
+TINY_TRAIN = ["--train.batch_size", "2", "--train.seq_len", "16", "--train.eval_tokens", "300",
+              "--train.eval_batch_size", "256",
+              "--train.precision", "fp32", "--no-progress"]  # fmt: skip
+TINY_BENCH = ["--n-layers", "2", "--d-model", "32", "--n-heads", "4", "--d-ff", "64",
+              "--seq-len", "16", "--batch-size", "2", "--repeats", "1", "--warmup", "0",
+              "--matmul-size", "64", "--threads", "1", "--no-plots"]  # fmt: skip
+
+
+def readme_section(title: str) -> str:
+    """The README's text under `## title`, up to the next section."""
+    return README.read_text().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def shell_blocks(section: str) -> list[list[list[str]]]:
+    """A README section's ```bash blocks: their commands as words (continuations joined,
+    comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", readme_section(section), re.S)
+    lines = [block.replace("\\\n", " ").splitlines() for block in blocks]
+    return [[shlex.split(line, comments=True) for line in block if line.strip()] for block in lines]
+
+
+def dotted_flags(words: list[str]) -> dict[str, str]:
+    """A command's `--model.x VALUE` / `--train.x VALUE` overrides."""
+    return {
+        word[2:]: value
+        for word, value in zip(words, words[1:], strict=False)
+        if word.startswith(("--model.", "--train."))
+    }
+
+
+def option(words: list[str], name: str, default: str | None = None) -> str | None:
+    return words[words.index(name) + 1] if name in words else default
+
+
+def scaled_step(value: int, what: str) -> int:
+    assert value % STEP_SCALE == 0, f"{what}={value}: the test divides steps by {STEP_SCALE}"
+    return value // STEP_SCALE
+
+
+def fewer_steps(preset: str, overrides: dict[str, str]) -> list[str]:
+    """The step counts these settings train with, divided by STEP_SCALE."""
+    from formers.train.config import run_config
+
+    tc = run_config(preset, overrides).train
+    flags = [[f"--train.{name}", str(scaled_step(getattr(tc, name), name))] for name in STEP_FIELDS]
+    return sum(flags, [])
+
+
+def shrink(words: list[str]) -> list[str]:
+    """The flags that make a README command small (after `formers`)."""
+    from formers.commands.translate import is_translation_run
+
+    command = words[1]
+    if command == "train" and "--resume" not in words:
+        preset = option(words, "--preset", "vanilla")
+        tiny = TINY_MODEL + TINY_TRAIN + fewer_steps(preset, dotted_flags(words))
+        return tiny + (["--train.max_tokens", "128"] if "--train.max_tokens" in words else [])
+    if command == "compare":
+        preset = words[2]
+        return TINY_MODEL + TINY_TRAIN + fewer_steps(preset, dotted_flags(words)) + ["--no-plots"]
+    if command == "eval":
+        translation = is_translation_run(words[2])
+        return ["--max-tokens", "300", "--no-progress"] + (["--max-len-b", "5"] * translation)
+    extra = {
+        "generate": ["--max-new-tokens", "20"],
+        "translate": ["--max-len-b", "5"],
+        "bench": TINY_BENCH + (["--sweep", "16", "32"] if "--sweep" in words else []),
+    }
+    return extra.get(command, [])
+
+
+def scaled_checkpoint(words: list[str]) -> list[str]:
+    """`--checkpoint STEP` names the same checkpoint of the scaled run."""
+    if "--checkpoint" not in words:
+        return words
+    at = words.index("--checkpoint") + 1
+    step = scaled_step(int(words[at]), "--checkpoint")
+    return [*words[:at], str(step), *words[at + 1 :]]
+
+
+def corpus_absent(commands: list[list[str]]) -> str | None:
+    """The first named corpus the commands train on that is not in the data folder."""
+    from formers.data import CORPORA
+    from formers.data.errors import DataError
+    from formers.data.translation_corpora import read_parallel_corpus
+
+    for words in commands:
+        name = dotted_flags(words).get("train.corpus") or option(words, "--corpus")
+        if name in CORPORA and not CORPORA[name].present():
+            return name
+        if name is not None and name.startswith("multi30k"):
+            try:
+                read_parallel_corpus(name)
+            except DataError:
+                return name
+    return None
+
+
+def run_readme_commands(commands: list[list[str]], tmp_path, monkeypatch, capsys) -> None:
+    """Run README commands in order in `tmp_path`, scaled down; a failing one fails the test."""
+    from formers import cli
+
+    missing = corpus_absent(commands)
+    if missing:
+        pytest.skip(f"these README commands train on {missing}, which is absent")
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        for words in commands:
+            torch.set_num_threads(1)  # tiny models: one thread beats two that wait on each other
+            if words[0] == "torchrun":  # "the same command" under torchrun: its `...` is no flag
+                assert words[-1] == "...", words  # DDP runs: tests/train/test_ddp.py
+                continue
+            stdin = "\n"
+            if "|" in words:  # echo "..." | formers translate ...
+                at = words.index("|")
+                assert words[0] == "echo", words
+                stdin, words = " ".join(words[1:at]) + "\n", words[at + 1 :]
+            assert words[0] == "formers", words
+            argv = scaled_checkpoint(words[1:]) + shrink(words)
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+            code = cli.main(argv)
+            err = capsys.readouterr().err
+            assert code == 0, f"`{shlex.join(words)}` failed: {err.strip()[-1500:]}"
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_readme_command_line_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
+    first, *_ = shell_blocks("Command line")
+    run_readme_commands(first, tmp_path, monkeypatch, capsys)
+
+
+def test_readme_bench_and_compare_examples_run(tmp_path, monkeypatch, capsys):
+    _, *examples = shell_blocks("Command line")
+    assert [words[1] for block in examples for words in block] == ["bench"] * 3 + ["compare"]
+    run_readme_commands(sum(examples, []), tmp_path, monkeypatch, capsys)
+
+
+def test_readme_results_commands_run(tmp_path, monkeypatch, capsys):
+    run_readme_commands(sum(shell_blocks("Results"), []), tmp_path, monkeypatch, capsys)

@@ -418,10 +418,14 @@ def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqd
                 seconds=run.seconds,
                 **diagnostics,
             )
-        bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{rate:,.0f}", refresh=False)
+        postfix = {"loss": f"{mean_loss:.3f}", "tok_s": f"{rate:,.0f}"}
         budget = run.cfg.train.time_budget_seconds
-        if budget is not None and run.seconds > 0:  # the steps the budget will allow
-            bar.total = min(run.cfg.train.max_steps, max(step, int(step * budget / run.seconds)))
+        # the bar counts steps towards max_steps; what a time budget leaves is shown beside
+        # it (re-estimating the total from the pace would make the share jump back and forth)
+        if budget is not None:
+            left = max(0, round(budget - run.seconds))
+            postfix["left"] = f"{left // 60}m{left % 60:02d}s" if left >= 60 else f"{left}s"
+        bar.set_postfix(postfix, refresh=False)
     bar.update(1)
 
 
@@ -486,7 +490,7 @@ def finish(run: Run, stopped: str) -> None:
 
 
 def progress_bar(run: Run, progress: bool) -> tqdm:
-    """A progress bar over the steps (rank 0 only)."""
+    """A progress bar over the steps to max_steps (rank 0 only); its total never changes."""
     return tqdm(
         total=run.cfg.train.max_steps,
         initial=run.state.step,
