@@ -1,5 +1,3 @@
-import sys
+from formers.cli import entry
 
-from formers.cli import main
-
-sys.exit(main())
+entry()

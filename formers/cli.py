@@ -198,5 +198,18 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
+def entry() -> None:
+    """The `formers` command: `main`, then exit with its status. A Ctrl-C that arrives once the
+    command is done (an impatient second one, while a run that saved its checkpoint exits) ends
+    it with status 130 like any interrupt, not with a traceback or a death by SIGINT."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the work is done: let it exit
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -11,6 +11,7 @@ if ! [[ "$steps" =~ ^[0-9]+$ ]] || [ "$steps" -lt 4 ]; then
     "FORMERS_DEMO_STEPS=1000" >&2
   exit 2
 fi
+steps=$((10#$steps))  # "0100" is one hundred, not octal
 source "$(dirname "$0")/env.sh"
 # OpenMP threads that sleep instead of spinning while they wait: on a machine busy with other
 # work, spinning threads took ten times as long per step.

@@ -94,8 +94,11 @@ def average_checkpoints(
     run_dir = Path(run_dir)
     checkpoints = last_checkpoints(run_dir, last)
     out = Path(out) if out is not None else average_folder(run_dir, last)
-    if out.resolve() == run_dir.resolve():
-        raise FormersError(f"--out {out} is the run itself; write the average to another folder")
+    if run_dir.resolve().is_relative_to(out.resolve()):
+        raise FormersError(
+            f"{out} is the run itself or holds it (replacing it would delete the run): write "
+            "the average to another folder"
+        )
     if out.exists() and not replace:
         raise FormersError(
             f"{out} already exists: give another out folder, or replace=True to replace it"

@@ -55,8 +55,9 @@ def setup(device: str = "auto") -> Distributed:
     return Distributed(rank, world_size, local_rank, chosen)
 
 
-def teardown() -> None:
-    """Leave the process group, if any, once every process is done with it, and end its
+def teardown(wait_for_peers: bool = True) -> None:
+    """Leave the process group, if any, once every process is done with it (or at once, when
+    an error ends this process's part: its peers may never reach the barrier), and end its
     worker threads while the interpreter still runs. Call it after dropping the model and
     optimizer: their FSDP state and DTensors refer to the group.
 
@@ -70,7 +71,8 @@ def teardown() -> None:
     """
     if not dist.is_initialized():
         return
-    dist.barrier()
+    if wait_for_peers:
+        dist.barrier()
     dist.destroy_process_group()
     fsdp.forget_meshes()
     gc.collect()  # FSDP's modules and hooks refer to each other: only the collector frees them
@@ -144,4 +146,3 @@ def all_reduce_mean(value: float, env: Distributed) -> float:
     tensor = torch.tensor([value], dtype=torch.float64, device=env.device)
     dist.all_reduce(tensor)
     return tensor.item() / env.world_size
-

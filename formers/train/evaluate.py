@@ -6,7 +6,6 @@ Shapes: B batch, L window length, V vocabulary.
 from __future__ import annotations
 
 import math
-import sys
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 
@@ -16,6 +15,7 @@ from tqdm import tqdm
 
 from formers.data.batching import eval_segments, eval_streams
 from formers.layers.output import token_loss
+from formers.train.console import StderrOrNothing
 from formers.train.distributed import unwrap
 
 
@@ -92,7 +92,7 @@ def evaluate(
         desc="eval",
         unit="tok",
         unit_scale=True,
-        file=sys.stderr,
+        file=StderrOrNothing(),  # a closed stderr never stops an evaluation
         dynamic_ncols=True,
         mininterval=1.0,
     )

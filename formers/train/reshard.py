@@ -11,11 +11,11 @@ learning-rate schedule and the tokens per step stay the same.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from formers.errors import FormersError
 from formers.train.checkpoint import TrainState
 from formers.train.config import RunConfig
+from formers.train.console import say
 
 
 def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool) -> RunConfig:
@@ -56,10 +56,9 @@ def keep_streams(cfg: RunConfig, saved: TrainState, world_size: int, tell: bool)
     if asked == rows:
         return cfg
     if tell:
-        print(
+        say(
             f"note: the run's {streams} streams continue on {_processes(world_size)} instead "
-            f"of {saved_world}: train.batch_size {asked} -> {rows} per process",
-            file=sys.stderr,
+            f"of {saved_world}: train.batch_size {asked} -> {rows} per process"
         )
     return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, batch_size=rows))
 

@@ -5,11 +5,13 @@ A run that stops before its first checkpoint is in place (a crash at step 1, kil
 the first save, Ctrl-C pressed three times) leaves its config, tokenizer, metrics and perhaps an
 unfinished save behind, but nothing to continue from. Such a folder takes a new run: what the
 old one left is removed first, so its metrics and TensorBoard curves do not mix with the new
-run's. Files the run did not make are never touched.
+run's. Files the run did not make are never touched (a folder without a run's config.json
+keeps everything but the temporary files of unfinished writes).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -49,8 +51,10 @@ def clear_unfinished_run(run_dir: Path) -> list[str]:
     if latest_checkpoint(run_dir) is not None:
         raise ValueError(f"{run_dir} holds a complete checkpoint; it is not cleared")
     removed = remove_unfinished_writes(run_dir)
+    if not made_by_a_run(run_dir):  # someone's own folder: its files are theirs
+        return removed
     for name in RUN_FOLDERS:
-        if (run_dir / name).is_dir():
+        if (run_dir / name).is_dir() and not (run_dir / name).is_symlink():
             shutil.rmtree(run_dir / name)
             removed.append(f"{name}/")
     for name in RUN_FILES:
@@ -58,6 +62,17 @@ def clear_unfinished_run(run_dir: Path) -> list[str]:
             (run_dir / name).unlink()
             removed.append(name)
     return removed
+
+
+def made_by_a_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run's config.json (every run writes it before its first step,
+    so a folder without one holds nothing a run made but what `remove_unfinished_writes`
+    takes)."""
+    try:
+        config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and {"model", "train"} <= config.keys()
 
 
 def remove_unfinished_writes(run_dir: Path) -> list[str]:

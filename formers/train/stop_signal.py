@@ -7,13 +7,18 @@ every step since the last save, so it only says what is happening; a third stops
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
+
+from formers.train.console import say_raw
 
 WAITING = (
     "\nstopping: finishing the step and saving a checkpoint so no work is lost; "
     "press Ctrl-C once more to quit at once without it\n"
+)
+QUITTING = (
+    "\nquitting without saving: the steps since the last checkpoint are lost; a run with a "
+    "checkpoint continues from it (--resume), one without starts again\n"
 )
 
 
@@ -41,9 +46,9 @@ class StopSignal:
         if self.count == 1:
             self.received = signum
         elif self.count == 2:
-            # os.write, not print: the handler may run in the middle of a write to sys.stderr
-            os.write(sys.stderr.fileno(), WAITING.encode())
+            say_raw(WAITING)
         else:
+            say_raw(QUITTING)
             raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:

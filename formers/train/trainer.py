@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import sys
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from formers.train.checkpoint import (
     save_checkpoint,
 )
 from formers.train.config import RunConfig
+from formers.train.console import StderrOrNothing, say
 from formers.train.fsdp import autocast_for_sharded
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer
@@ -98,8 +98,8 @@ class Divergence:
         )
         return (
             f"training diverged: step {self.step} gave loss {self.loss} and gradient norm "
-            f"{self.grad_norm} ({last}); its weights were not kept and {kept}. Train again with "
-            "a lower train.lr, more train.warmup_steps or a train.grad_clip"
+            f"{self.grad_norm} ({last}); its weights were not kept and {kept}. Train again in "
+            "a new folder with a lower train.lr, more train.warmup_steps or a train.grad_clip"
         )
 
 
@@ -152,6 +152,10 @@ def train(
     run = start(cfg, Path(run_dir), resume, data)
     try:
         result = train_loop(run, progress)
+    except BaseException:
+        # no barrier: the peers may not be coming; ending the group still ends its threads
+        distributed.teardown(wait_for_peers=False)
+        raise
     finally:
         if run.lock is not None:
             run.lock.release()
@@ -262,17 +266,21 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
 
 
 def prepare_folder(run_dir: Path, fresh: bool) -> None:
-    """Clear what a crash left: unfinished file writes, and for a new run everything an earlier
-    run left that never completed a checkpoint (said on stderr)."""
+    """Clear what a crash left (with the folder's lock held): unfinished file writes, and for a
+    new run everything an earlier run left that never completed a checkpoint (said on stderr)."""
     if not fresh:
         remove_unfinished_writes(run_dir)
         return
+    if latest_checkpoint(run_dir) is not None:  # another run saved one since `start` looked
+        raise FormersError(
+            f"{run_dir} now holds a run (another training saved a checkpoint there): continue "
+            "it with resume=True, or train in another folder"
+        )
     removed = clear_unfinished_run(run_dir)
     if removed:
-        print(
+        say(
             f"note: {run_dir} held a run that never completed a checkpoint; starting a new run "
-            f"there and discarding what it left ({', '.join(removed)})",
-            file=sys.stderr,
+            f"there and discarding what it left ({', '.join(removed)})"
         )
 
 
@@ -323,8 +331,18 @@ def _restore(
         log=log,
         seconds=float(state.extra.get("train_seconds", 0.0)),
         saved_step=state.step if checkpoint is not None else None,
+        last_finite=last_logged_loss(run_dir, state.step) if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
     )
+
+
+def last_logged_loss(run_dir: Path, step: int) -> tuple[int, float] | None:
+    """The last training loss metrics.jsonl holds up to `step` (a resumed run's last finite
+    one, for the message of a divergence right after resuming), or None."""
+    logged = [r for r in read_metrics(run_dir, "train") if r["step"] <= step]
+    if not logged or logged[-1].get("loss") is None:
+        return None
+    return logged[-1]["step"], logged[-1]["loss"]
 
 
 def set_learning_rate(run: Run) -> float:
@@ -438,7 +456,7 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
         final = {"final": True} if bar is None else {}
         run.log.log("valid", run.state.step, **valid.as_dict(), seconds=run.seconds, **final)
     if bar is not None:
-        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=sys.stderr)
+        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=bar.fp)
     return valid
 
 
@@ -483,15 +501,13 @@ def finish(run: Run, stopped: str) -> None:
     if run.log is not None:
         run.log.close()
     if run.env.is_main:
-        print(
-            f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})",
-            file=sys.stderr,
-        )
+        say(f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})")
 
 
 def progress_bar(run: Run, progress: bool) -> tqdm:
     """A progress bar over the steps to max_steps (rank 0 only); its total never changes."""
     return tqdm(
+        file=StderrOrNothing(),
         total=run.cfg.train.max_steps,
         initial=run.state.step,
         disable=not (progress and run.env.is_main),

@@ -74,3 +74,7 @@ def test_the_average_never_overwrites_the_run(tmp_path):
     write_run(tmp_path / "run", 2)
     with pytest.raises(FormersError, match="is the run itself"):
         average_checkpoints(tmp_path / "run", last=2, out=tmp_path / "run")
+    # nor the folder that holds it, which replacing would delete with the run
+    with pytest.raises(FormersError, match="or holds it"):
+        average_checkpoints(tmp_path / "run", last=2, out=tmp_path, replace=True)
+    assert (tmp_path / "run" / "checkpoints").is_dir()

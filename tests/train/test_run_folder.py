@@ -4,6 +4,7 @@ non-zero status and strict JSON."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -105,7 +106,7 @@ def test_a_run_with_a_checkpoint_is_never_overwritten_by_a_new_one(tmp_path, cor
     assert load_checkpoint(run).state.step == 2
 
 
-def test_a_second_ctrl_c_waits_for_the_save_and_a_third_quits(tmp_path, corpus, monkeypatch):
+def test_a_second_ctrl_c_waits_for_the_save_and_a_third_quits(tmp_path, corpus, monkeypatch, capfd):
     original_log, original_write = MetricsLog.log, checkpoint.write_model
     presses = {"during save": 1}
 
@@ -124,12 +125,52 @@ def test_a_second_ctrl_c_waits_for_the_save_and_a_third_quits(tmp_path, corpus, 
     stopped = trainer.train(tiny(corpus, max_steps=8), tmp_path / "twice", progress=False)
     assert stopped.interrupted and stopped.step == 2
     assert load_checkpoint(tmp_path / "twice").state.step == 2  # the save went through
+    assert "press Ctrl-C once more to quit at once" in capfd.readouterr().err
 
     presses["during save"] = 2  # the third Ctrl-C: quit at once, nothing half-written left
     with pytest.raises(KeyboardInterrupt):
         trainer.train(tiny(corpus, max_steps=8), tmp_path / "thrice", progress=False)
     assert latest_checkpoint(tmp_path / "thrice") is None
     assert not list((tmp_path / "thrice" / "checkpoints").glob(".tmp-*"))
+    assert "quitting without saving" in capfd.readouterr().err
+
+
+def test_a_closed_stderr_does_not_cost_the_interrupt_save(tmp_path, corpus, monkeypatch):
+    # `formers train ... 2>&1 | tee log`: the Ctrl-C that asks for the save also ends tee
+    original_log = MetricsLog.log
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+        def fileno(self):
+            raise OSError(errno.EBADF, "closed")
+
+    def ctrl_c_and_stderr_gone_at_step_2(self, kind, step, **values):
+        original_log(self, kind, step, **values)
+        if kind == "train" and step == 2:
+            monkeypatch.setattr(sys, "stderr", ClosedPipe())
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(MetricsLog, "log", ctrl_c_and_stderr_gone_at_step_2)
+    run = tmp_path / "run"
+    stopped = trainer.train(tiny(corpus, max_steps=8, eval_every=1), run, progress=True)
+    assert stopped.interrupted and load_checkpoint(run).state.step == 2
+
+
+def test_a_new_run_starts_only_where_no_checkpoint_is_and_leaves_others_files(tmp_path, corpus):
+    mine = tmp_path / "mine"
+    (mine / "tensorboard").mkdir(parents=True)
+    (mine / "tensorboard" / "my.events").write_text("a user's own file")
+    trainer.train(tiny(corpus, max_steps=2), mine, progress=False)
+    assert (mine / "tensorboard" / "my.events").exists()  # not a run's folder: nothing cleared
+    # a checkpoint that appeared after `start` looked (another training saved there first)
+    with pytest.raises(FormersError, match="now holds a run"):
+        trainer.prepare_folder(mine, fresh=True)
+    assert load_checkpoint(mine).state.step == 2
 
 
 def test_two_quick_ctrl_c_on_the_command_line_still_save_and_report(tmp_path, corpus):
@@ -186,6 +227,20 @@ def test_divergence_keeps_the_last_checkpoint_and_says_which(tmp_path, corpus, m
     assert (divergence.step, divergence.last_finite_step, divergence.checkpoint_step) == (5, 4, 3)
     assert divergence.last_finite_loss == read_metrics(tmp_path / "run", "train")[-1]["loss"]
     assert load_checkpoint(tmp_path / "run").state.step == 3
+
+
+def test_a_divergence_right_after_resuming_names_the_last_finite_loss(
+    tmp_path, corpus, monkeypatch
+):
+    run = tmp_path / "run"
+    trainer.train(tiny(corpus, max_steps=4, save_every=4), run, progress=False)
+    last = read_metrics(run, "train")[-1]
+    monkeypatch.setattr(trainer, "compute_gradients", lambda run: (float("inf"), *[None] * 2))
+    result = trainer.train(tiny(corpus, max_steps=6, save_every=4), run, resume=True)
+    divergence = result.divergence
+    assert (divergence.step, divergence.last_finite_step) == (5, 4)
+    assert divergence.last_finite_loss == last["loss"]
+    assert "in a new folder" in divergence.describe()
 
 
 def test_stop_on_nonfinite_off_trains_on_and_writes_null(tmp_path, corpus):
