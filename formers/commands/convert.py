@@ -12,7 +12,7 @@ from pathlib import Path
 
 def cmd_convert(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.run import checkpoint_of
-    from formers.train.convert import convert_checkpoint
+    from formers.train.checkpoint.convert import convert_checkpoint
 
     checkpoint = checkpoint_of(Path(args.run), args.checkpoint)
     converted = convert_checkpoint(checkpoint, args.to, args.out)

@@ -222,7 +222,11 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_average(args: argparse.Namespace, extra: list[str]) -> int:
     """Average the last N checkpoints of a run into a new run folder."""
-    from formers.train.average import average_checkpoints, average_folder, last_checkpoints
+    from formers.train.checkpoint.average import (
+        average_checkpoints,
+        average_folder,
+        last_checkpoints,
+    )
 
     last_checkpoints(args.run, args.last)  # a run that cannot be averaged is named first
     out = Path(args.out) if args.out else average_folder(args.run, args.last)

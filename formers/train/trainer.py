@@ -35,6 +35,7 @@ from formers.train.checkpoint import (
     read_train_state,
     save_checkpoint,
 )
+from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import RunConfig
 from formers.train.fsdp import autocast_for_sharded
 from formers.train.metrics import MetricsLog, read_metrics
@@ -42,7 +43,6 @@ from formers.train.optim import make_optimizer
 from formers.train.precision import autocast_for
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
-from formers.train.rng import seed_everything
 from formers.train.run_folder import (
     clear_unfinished_run,
     remove_unfinished_writes,
