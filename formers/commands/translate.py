@@ -12,11 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
@@ -24,6 +21,7 @@ from formers.errors import FormersError
 from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
 from formers.infer.translate import DEFAULT_BATCH_TOKENS
 from formers.train.metrics import json_safe
+from formers.train.precision import autocast_for
 
 # `formers eval`'s translation flags and their defaults (given on a language model: an error);
 # the search's are the library's, so `formers.infer.translate` and the command line agree
@@ -103,12 +101,6 @@ def is_translation_run(run_dir: str | Path) -> bool:
     return read_run_config(run_dir).model.arch == "encoder_decoder"
 
 
-def _autocast(precision: str, device: str) -> AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-    return nullcontext()
-
-
 def _search(args: argparse.Namespace) -> dict[str, Any]:
     if args.beam < 1:
         raise FormersError(f"--beam {args.beam}: give a beam size of at least 1 (1 is greedy)")
@@ -152,7 +144,7 @@ def cmd_eval_translation(args: argparse.Namespace) -> int:
         split,
         max_tokens=args.max_tokens,
         device=args.device,
-        autocast=_autocast(args.precision, args.device),
+        autocast=autocast_for(args.precision, args.device),
         progress=not args.no_progress and sys.stderr.isatty(),
         batch_tokens=args.batch_tokens,
         **search,
@@ -213,7 +205,7 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
         lines,
         batch_tokens=args.batch_tokens,
         device=args.device,
-        autocast=_autocast(args.precision, args.device),
+        autocast=autocast_for(args.precision, args.device),
         **search,
     )
     sys.stdout.write("".join(line + "\n" for line in outputs))

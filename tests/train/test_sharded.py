@@ -37,6 +37,7 @@ from formers.train.checkpoint.ranks import regroup_memory
 from formers.train.config import run_config
 from formers.train.distributed import clip_grad_norm
 from formers.train.optim import make_optimizer
+from formers.train.precision import autocast_for
 from formers.train.reshard import keep_streams
 
 CPU = torch.device("cpu")
@@ -110,10 +111,10 @@ def test_bf16_is_the_policys_on_cuda_and_autocasts_elsewhere():
     cuda = torch.device("cuda")
     policy = fsdp.mixed_precision("bf16", cuda)
     assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
-    assert isinstance(fsdp.autocast_for_sharded("bf16", cuda), nullcontext)
+    assert isinstance(autocast_for("bf16", cuda, sharded=True), nullcontext)
     assert fsdp.mixed_precision("fp32", cuda).param_dtype is None
     assert fsdp.mixed_precision("bf16", CPU).param_dtype is None
-    on_cpu = fsdp.autocast_for_sharded("bf16", CPU)
+    on_cpu = autocast_for("bf16", CPU, sharded=True)
     assert isinstance(on_cpu, torch.autocast) and on_cpu.fast_dtype == torch.bfloat16
 
 
