@@ -1,10 +1,9 @@
-"""The translation commands: `formers translate`, `formers average`, and what `formers eval`
-does with an encoder–decoder run (BLEU, chrF and their signatures; hypotheses to a file).
+"""The translation commands: `formers translate`, and what `formers eval` does with an
+encoder–decoder run (BLEU, chrF and their signatures; hypotheses to a file).
 
     formers eval RUN --split test2016 --beam 4            # sacreBLEU of the detokenized output
     formers eval RUN --source news.de --reference news.en # any pair of aligned files
     formers translate RUN < sentences.de                  # one sentence a line, to stdout
-    formers average RUN --last 5                          # writes the run folder RUN-avg5
 """
 
 from __future__ import annotations
@@ -92,6 +91,23 @@ def add_translation_eval_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--reference", action=GivenFlag, help="... against this aligned reference file"
     )
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers translate`."""
+    p = sub.add_parser(
+        "translate",
+        help="translate text with a trained translation run",
+        description="Translate INPUT (default stdin), one sentence a line, to stdout, with beam "
+        "search (K 4, length penalty 0.6, as Vaswani et al. 2017 §6.1) by default.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("run", help="run folder of a translation model")
+    p.add_argument("input", nargs="?", help="text file, one sentence a line (default stdin)")
+    add_search_flags(p)
+    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    p.set_defaults(func=cmd_translate)
 
 
 def is_translation_run(run_dir: str | Path) -> bool:
@@ -210,56 +226,3 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
     )
     sys.stdout.write("".join(line + "\n" for line in outputs))
     return 0
-
-
-def cmd_average(args: argparse.Namespace, extra: list[str]) -> int:
-    """Average the last N checkpoints of a run into a new run folder."""
-    from formers.train.checkpoint.average import (
-        average_checkpoints,
-        average_folder,
-        last_checkpoints,
-    )
-
-    last_checkpoints(args.run, args.last)  # a run that cannot be averaged is named first
-    out = Path(args.out) if args.out else average_folder(args.run, args.last)
-    if out.exists() and not args.replace:
-        raise FormersError(
-            f"{out} already exists (an earlier average?): write to another --out, or add "
-            "--replace to replace it"
-        )
-    out = average_checkpoints(args.run, args.last, out, replace=args.replace)
-    print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
-    return 0
-
-
-def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register `formers translate` and `formers average`."""
-    p = sub.add_parser(
-        "translate",
-        help="translate text with a trained translation run",
-        description="Translate INPUT (default stdin), one sentence a line, to stdout, with beam "
-        "search (K 4, length penalty 0.6, as Vaswani et al. 2017 §6.1) by default.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("run", help="run folder of a translation model")
-    p.add_argument("input", nargs="?", help="text file, one sentence a line (default stdin)")
-    add_search_flags(p)
-    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
-    p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser(
-        "average",
-        help="average the last N checkpoints of a run into a new run",
-        description="Average the weights of the newest --last checkpoints of RUN (Vaswani et "
-        "al. 2017 §6.1 average the last 5) and write them as a run folder that formers eval and "
-        "formers translate read (default RUN-avgN).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("run", help="run folder")
-    p.add_argument("--last", type=int, default=5, help="how many checkpoints")
-    p.add_argument("--out", help="the new run folder (RUN-avgN if not given)")
-    p.add_argument(
-        "--replace", action="store_true", help="replace --out if it exists (all its content)"
-    )
-    p.set_defaults(func=cmd_average)
