@@ -40,10 +40,10 @@ from unittest import mock
 import torch
 
 import formers
-from formers.train import checkpoint_write
 from formers.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from formers.train.checkpoint_format import CHECKSUMS_KEY, MANIFEST_FILE
-from formers.train.checkpoint_read import file_checksum
+from formers.train.checkpoint import write as checkpoint_write
+from formers.train.checkpoint.format import CHECKSUMS_KEY, MANIFEST_FILE
+from formers.train.checkpoint.read import file_checksum
 
 MB = 1e6
 

@@ -17,8 +17,8 @@ from formers.data.tokenizers import Tokenizer, tokenizer_from_dict
 from formers.errors import FormersError
 from formers.models import build, runtime_config
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint, load_config
-from formers.train.checkpoint_format import CHECKPOINTS_DIR
-from formers.train.checkpoint_read import step_dirs
+from formers.train.checkpoint.format import CHECKPOINTS_DIR
+from formers.train.checkpoint.read import step_dirs
 from formers.train.config import RunConfig, run_config_from_dict
 
 

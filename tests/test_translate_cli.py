@@ -247,7 +247,7 @@ def test_average_refuses_an_existing_folder_and_replace_leaves_no_stale_file(
 
 
 def test_a_failed_replace_keeps_the_earlier_average_whole(trained, capsys, tmp_path, monkeypatch):
-    from formers.train import average
+    from formers.train.checkpoint import average
 
     run, _ = trained
     out = tmp_path / "avg"

@@ -1,1 +1,2 @@
-"""The `formers` subcommands, one module each; `formers.cli` parses and dispatches to them."""
+"""The `formers` subcommands, one module each: its arguments (`add_parser`) and what it runs;
+`formers.cli` registers them all and dispatches to them."""

@@ -1,4 +1,4 @@
-"""`formers presets` and `formers config PRESET`: the presets, and a resolved run config."""
+"""`formers config PRESET`: a preset's resolved run config, with overrides."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ import json
 from formers.overrides import parse_overrides
 
 
-def cmd_presets(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.presets import PRESETS
-
-    for name, factory in PRESETS.items():
-        print(f"{name:22s} {summary_of(factory.__doc__ or '')}")
-    return 0
-
-
-def summary_of(docstring: str) -> str:
-    """The docstring's first paragraph on one line (a summary may wrap over several lines)."""
-    paragraph = docstring.strip().split("\n\n")[0]
-    return " ".join(line.strip() for line in paragraph.splitlines())
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers config`."""
+    p = sub.add_parser(
+        "config",
+        help="print every field of a preset's run config, with overrides",
+        description="Print the resolved config `formers train --preset PRESET` would use, every "
+        "model and training field (JSON, as a run's config.json). Takes the same dotted "
+        "overrides: formers config vanilla --model.d_model 256 --train.lr 3e-4",
+    )
+    p.add_argument("preset", help="model preset (see `formers presets`)")
+    p.set_defaults(func=cmd_config, takes_overrides=True)
 
 
 def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:

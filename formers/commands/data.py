@@ -5,6 +5,15 @@ from __future__ import annotations
 import argparse
 
 
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers data`."""
+    p = sub.add_parser("data", help="list, download or inspect corpora")
+    p.add_argument("action", choices=["list", "get", "info"])
+    p.add_argument("name", nargs="?", help="corpus name (get, info)")
+    p.add_argument("--data-dir", help="folder of the named corpora")
+    p.set_defaults(func=cmd_data)
+
+
 def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.data import (
         CORPORA,

@@ -5,18 +5,61 @@ from __future__ import annotations
 import argparse
 import json
 
-from formers.commands.flags import given_flags
+from formers.commands.flags import GivenFlag, given_flags
 from formers.commands.translate import (
     TRANSLATION_EVAL_DEFAULTS,
+    add_translation_eval_flags,
     cmd_eval_translation,
     is_translation_run,
 )
 from formers.devices import resolve_device
 from formers.errors import FormersError
+from formers.runtime_flags import add_runtime_flags
 from formers.train.metrics import json_safe
 
 # `formers eval`'s language-model flags and their defaults (given on a translation run: an error)
 LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers eval`."""
+    p = sub.add_parser(
+        "eval",
+        help="loss, bits and perplexity of a run over a whole split",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("run", help="run folder")
+    p.add_argument("--split", default="valid", help="train, valid, test, or a corpus's own")
+    p.add_argument(
+        "--seq-len",
+        "--tgt-len",
+        type=int,
+        action=GivenFlag,
+        help="tokens scored per window, or per segment of a model with memory (default: "
+        "training's)",
+    )
+    p.add_argument(
+        "--context-len",
+        type=int,
+        default=LM_EVAL_DEFAULTS["context_len"],
+        action=GivenFlag,
+        help="extra left context per window",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=LM_EVAL_DEFAULTS["batch_size"],
+        action=GivenFlag,
+        help="windows or streams per pass",
+    )
+    p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
+    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
+    add_runtime_flags(p)
+    add_translation_eval_flags(p)
+    p.add_argument("--data-dir", help="folder of the named corpora")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_eval)
 
 
 def refuse_flags(args: argparse.Namespace, defaults: dict, run_kind: str) -> None:

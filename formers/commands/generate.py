@@ -9,6 +9,31 @@ from formers.devices import resolve_device
 from formers.errors import FormersError
 
 
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers generate`."""
+    p = sub.add_parser(
+        "generate",
+        help="sample text from a run",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("run", help="run folder")
+    p.add_argument("--prompt", default="\n", help="the text to continue (default: %(default)r)")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to add")
+    p.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    p.add_argument("--top-k", type=int, help="sample among the k most likely tokens")
+    p.add_argument("--top-p", type=float, help="nucleus sampling: the smallest set with mass p")
+    p.add_argument("--seed", type=int, default=0, help="the same seed repeats the same text")
+    p.add_argument(
+        "--max-context",
+        type=int,
+        help="tokens the model sees (default: the training length; memory models and models "
+        "that decode from a rolling window: unlimited)",
+    )
+    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    p.set_defaults(func=cmd_generate)
+
+
 def cmd_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.infer import iter_generate
     from formers.infer.generate import decodes_in_a_window

@@ -45,6 +45,30 @@ def read_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers train`."""
+    p = sub.add_parser(
+        "train",
+        help="train a preset on a corpus",
+        description="Train a model. Override any config field with dotted flags: "
+        "--model.d_model 256 --train.lr 3e-4 --train.corpus tinyshakespeare.",
+        epilog="Every model and training field, with its value for a preset: "
+        "`formers config PRESET` (it takes the same overrides).",
+    )
+    p.add_argument("--preset", help="model preset (see `formers presets`); default vanilla")
+    p.add_argument("--config", help="YAML file with preset:, model: and train: sections")
+    p.add_argument("--run-dir", help="where checkpoints, metrics and config go")
+    p.add_argument("--data-dir", help="folder of the named corpora")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --run-dir (it may change only its length and how it is "
+        "watched: max_steps, time_budget, eval/log/save cadence)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train, takes_overrides=True)
+
+
 def requested(args: argparse.Namespace, extra: list[str]) -> tuple[str | None, dict[str, Any]]:
     """The preset named on the command line or in --config (None if neither), and the dotted
     overrides of both (the command line wins)."""

@@ -1,10 +1,9 @@
-"""The translation commands: `formers translate`, `formers average`, and what `formers eval`
-does with an encoder–decoder run (BLEU, chrF and their signatures; hypotheses to a file).
+"""The translation commands: `formers translate`, and what `formers eval` does with an
+encoder–decoder run (BLEU, chrF and their signatures; hypotheses to a file).
 
     formers eval RUN --split test2016 --beam 4            # sacreBLEU of the detokenized output
     formers eval RUN --source news.de --reference news.en # any pair of aligned files
     formers translate RUN < sentences.de                  # one sentence a line, to stdout
-    formers average RUN --last 5                          # writes the run folder RUN-avg5
 """
 
 from __future__ import annotations
@@ -12,11 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
@@ -24,6 +20,7 @@ from formers.errors import FormersError
 from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
 from formers.infer.translate import DEFAULT_BATCH_TOKENS
 from formers.train.metrics import json_safe
+from formers.train.precision import autocast_for
 
 # `formers eval`'s translation flags and their defaults (given on a language model: an error);
 # the search's are the library's, so `formers.infer.translate` and the command line agree
@@ -96,17 +93,28 @@ def add_translation_eval_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers translate`."""
+    p = sub.add_parser(
+        "translate",
+        help="translate text with a trained translation run",
+        description="Translate INPUT (default stdin), one sentence a line, to stdout, with beam "
+        "search (K 4, length penalty 0.6, as Vaswani et al. 2017 §6.1) by default.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("run", help="run folder of a translation model")
+    p.add_argument("input", nargs="?", help="text file, one sentence a line (default stdin)")
+    add_search_flags(p)
+    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    p.set_defaults(func=cmd_translate)
+
+
 def is_translation_run(run_dir: str | Path) -> bool:
     """Whether the run folder holds an encoder-decoder (a translation model)."""
     from formers.run import read_run_config
 
     return read_run_config(run_dir).model.arch == "encoder_decoder"
-
-
-def _autocast(precision: str, device: str) -> AbstractContextManager:
-    if precision == "bf16":
-        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-    return nullcontext()
 
 
 def _search(args: argparse.Namespace) -> dict[str, Any]:
@@ -152,7 +160,7 @@ def cmd_eval_translation(args: argparse.Namespace) -> int:
         split,
         max_tokens=args.max_tokens,
         device=args.device,
-        autocast=_autocast(args.precision, args.device),
+        autocast=autocast_for(args.precision, args.device),
         progress=not args.no_progress and sys.stderr.isatty(),
         batch_tokens=args.batch_tokens,
         **search,
@@ -213,57 +221,8 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
         lines,
         batch_tokens=args.batch_tokens,
         device=args.device,
-        autocast=_autocast(args.precision, args.device),
+        autocast=autocast_for(args.precision, args.device),
         **search,
     )
     sys.stdout.write("".join(line + "\n" for line in outputs))
     return 0
-
-
-def cmd_average(args: argparse.Namespace, extra: list[str]) -> int:
-    """Average the last N checkpoints of a run into a new run folder."""
-    from formers.train.average import average_checkpoints, average_folder, last_checkpoints
-
-    last_checkpoints(args.run, args.last)  # a run that cannot be averaged is named first
-    out = Path(args.out) if args.out else average_folder(args.run, args.last)
-    if out.exists() and not args.replace:
-        raise FormersError(
-            f"{out} already exists (an earlier average?): write to another --out, or add "
-            "--replace to replace it"
-        )
-    out = average_checkpoints(args.run, args.last, out, replace=args.replace)
-    print(f"averaged the last {args.last} checkpoints of {args.run} into {out}")
-    return 0
-
-
-def add_translate_parsers(sub: argparse._SubParsersAction) -> None:
-    """Register `formers translate` and `formers average`."""
-    p = sub.add_parser(
-        "translate",
-        help="translate text with a trained translation run",
-        description="Translate INPUT (default stdin), one sentence a line, to stdout, with beam "
-        "search (K 4, length penalty 0.6, as Vaswani et al. 2017 §6.1) by default.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("run", help="run folder of a translation model")
-    p.add_argument("input", nargs="?", help="text file, one sentence a line (default stdin)")
-    add_search_flags(p)
-    p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
-    p.set_defaults(func=cmd_translate)
-
-    p = sub.add_parser(
-        "average",
-        help="average the last N checkpoints of a run into a new run",
-        description="Average the weights of the newest --last checkpoints of RUN (Vaswani et "
-        "al. 2017 §6.1 average the last 5) and write them as a run folder that formers eval and "
-        "formers translate read (default RUN-avgN).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    p.add_argument("run", help="run folder")
-    p.add_argument("--last", type=int, default=5, help="how many checkpoints")
-    p.add_argument("--out", help="the new run folder (RUN-avgN if not given)")
-    p.add_argument(
-        "--replace", action="store_true", help="replace --out if it exists (all its content)"
-    )
-    p.set_defaults(func=cmd_average)

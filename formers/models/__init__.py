@@ -13,6 +13,7 @@ from formers.models.decoder_lm import DecoderLM
 from formers.models.encoder_decoder import EncoderDecoder
 from formers.models.encoder_lm import EncoderLM
 from formers.models.output import ModelOutput
+from formers.presets import override
 
 MODELS: dict[str, type[nn.Module]] = {
     "decoder": DecoderLM,
@@ -38,8 +39,6 @@ def runtime_config(cfg: ModelConfig, changes: dict[str, Any]) -> ModelConfig:
     Keys are "attention.<field>" (or "encoder_attention.<field>"), or a bare field name of the
     (decoder) attention.
     """
-    from formers.presets import override  # presets sit above models
-
     overrides = {}
     for key, value in changes.items():
         group, _, name = key.rpartition(".")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections import defaultdict
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -32,7 +31,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from formers.train.precision import autocast_for, resolve_precision
+from formers.train.precision import casts_parameters
 
 # every mesh `shard` made: each holds the process group, and outlives the model in DTensor's
 # caches (see `forget_meshes`)
@@ -141,18 +140,6 @@ def mixed_precision(precision: str, device: torch.device) -> MixedPrecisionPolic
     if casts_parameters(precision, device):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
-
-
-def casts_parameters(precision: str, device: torch.device) -> bool:
-    """Whether FSDP itself runs the forward in bf16 (CUDA), instead of autocast (CPU)."""
-    return device.type == "cuda" and resolve_precision(precision, device) == "bf16"
-
-
-def autocast_for_sharded(precision: str, device: torch.device) -> AbstractContextManager:
-    """No autocast where the mixed-precision policy casts the parameters; else `autocast_for`."""
-    if casts_parameters(precision, device):
-        return nullcontext()
-    return autocast_for(precision, device)
 
 
 def is_sharded(model: nn.Module) -> bool:

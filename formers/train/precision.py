@@ -7,11 +7,24 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 
 
-def autocast_for(precision: str, device: torch.device) -> AbstractContextManager:
-    """The mixed-precision context for `precision` on `device` (bf16 keeps fp32 master weights)."""
-    if resolve_precision(precision, device) == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+def autocast_for(
+    precision: str, device: torch.device, sharded: bool = False
+) -> AbstractContextManager:
+    """The mixed-precision context for `precision` on `device` (bf16 keeps fp32 master weights).
+
+    `sharded`: the model is sharded by FSDP, whose mixed-precision policy computes in bf16 by
+    itself where it casts the parameters (`casts_parameters`): no autocast on top of it there.
+    """
+    if resolve_precision(precision, device) != "bf16":
+        return nullcontext()
+    if sharded and casts_parameters(precision, device):
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def casts_parameters(precision: str, device: torch.device) -> bool:
+    """Whether FSDP itself runs the forward in bf16 (CUDA), instead of autocast (CPU)."""
+    return device.type == "cuda" and resolve_precision(precision, device) == "bf16"
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

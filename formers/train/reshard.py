@@ -4,7 +4,7 @@ A language-model run reads B×W contiguous streams of its corpus (B rows on each
 processes; `StreamBatcher`), and what it learns depends on those streams, not on how many
 processes read them. So a resumed run keeps the number of streams and derives its rows per
 process: 2 processes × 2 rows resume as 1 process × 4 rows, and every stream continues where it
-stopped, with its memory rows (`checkpoint_ranks.regroup_memory`). The global batch, the
+stopped, with its memory rows (`checkpoint.ranks.regroup_memory`). The global batch, the
 learning-rate schedule and the tokens per step stay the same.
 """
 

@@ -34,15 +34,14 @@ from formers.train.checkpoint import (
     read_train_state,
     save_checkpoint,
 )
+from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import RunConfig
 from formers.train.console import StderrOrNothing, say
-from formers.train.fsdp import autocast_for_sharded
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer
 from formers.train.precision import autocast_for
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
-from formers.train.rng import seed_everything
 from formers.train.run_folder import (
     clear_unfinished_run,
     remove_unfinished_writes,
@@ -312,7 +311,7 @@ def _restore(
         write_text_atomically(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
         task.save_files(run_dir)
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
-    autocast = (autocast_for_sharded if sharded else autocast_for)(tc.precision, env.device)
+    autocast = autocast_for(tc.precision, env.device, sharded=sharded)
     if tc.compile:
         train_model = torch.compile(train_model)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None

@@ -22,7 +22,9 @@ import sys
 from typing import Any
 
 from formers import cli
-from formers.train import checkpoint, checkpoint_write, run_folder, trainer
+from formers.train import run_folder, trainer
+from formers.train.checkpoint import store
+from formers.train.checkpoint import write as checkpoint_write
 from formers.train.metrics import MetricsLog
 
 # the points a trial can die at: (module, function) of the call that is cut short
@@ -30,8 +32,8 @@ POINTS = {
     "step": (trainer, "take_step"),  # after the gradients, before or after the update
     "file": (checkpoint_write, "save_safetensors"),  # a checkpoint file, whole or torn
     "seal": (checkpoint_write, "replace_dir"),  # the manifest written, the rename not done
-    "pointer": (checkpoint, "write_latest"),  # renamed into place, `latest` not yet moved
-    "prune": (checkpoint, "prune"),  # the new checkpoint in place, older ones going
+    "pointer": (store, "write_latest"),  # renamed into place, `latest` not yet moved
+    "prune": (store, "prune"),  # the new checkpoint in place, older ones going
     "metrics": (MetricsLog, "log"),  # a metrics record, whole or torn
     "run file": (run_folder, "os"),  # config.json / tokenizer.json: see `die_in_run_file`
     "eval": (trainer, "evaluate_now"),

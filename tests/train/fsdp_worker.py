@@ -22,13 +22,14 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 
 from formers.models import build
-from formers.train import checkpoint_ranks, fsdp
+from formers.train import fsdp
 from formers.train.checkpoint import (
     TrainState,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
+from formers.train.checkpoint import ranks as checkpoint_ranks
 from formers.train.config import run_config
 from formers.train.optim import make_optimizer
 

@@ -11,8 +11,8 @@ from helpers import assert_checksummed, tiny_config
 import formers
 from formers.errors import FormersError
 from formers.run import load_run
-from formers.train.average import average_checkpoints
 from formers.train.checkpoint import TrainState, save_checkpoint
+from formers.train.checkpoint.average import average_checkpoints
 from formers.train.config import RunConfig
 
 

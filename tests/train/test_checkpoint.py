@@ -18,7 +18,6 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from formers.train import checkpoint_write as ckpt_write
 from formers.train.checkpoint import (
     CheckpointCorruptError,
     CheckpointMismatchError,
@@ -32,7 +31,8 @@ from formers.train.checkpoint import (
     save_checkpoint,
     unflatten_state,
 )
-from formers.train.rng import capture_rng, restore_rng
+from formers.train.checkpoint import write as ckpt_write
+from formers.train.checkpoint.rng import capture_rng, restore_rng
 
 VOCAB = 11
 

@@ -98,8 +98,8 @@ def test_two_process_ddp_step_equals_single_process_step(tmp_path):
 
 def weights_at_init():
     from formers.models import build
+    from formers.train.checkpoint.rng import seed_everything
     from formers.train.config import run_config, with_vocab
-    from formers.train.rng import seed_everything
 
     cfg = run_config(
         "vanilla",

@@ -29,9 +29,9 @@ from safetensors.torch import load_file
 from formers.models import build
 from formers.run import load_run
 from formers.train.checkpoint import load_checkpoint
+from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import run_config, with_vocab
 from formers.train.metrics import read_metrics
-from formers.train.rng import seed_everything
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 WORKER = Path(__file__).with_name("fsdp_worker.py")

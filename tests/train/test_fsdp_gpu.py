@@ -19,6 +19,7 @@ from test_fsdp import TORCHRUN, losses, model_args, train_args, weights
 from formers.models import build
 from formers.train import fsdp
 from formers.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
+from formers.train.precision import autocast_for
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,7 +42,7 @@ def test_fsdp_on_a_gpu_computes_in_bf16_and_keeps_fp32_shards(tmp_path):
         torch.manual_seed(0)
         plain = build(tiny_config("transformer-xl")).to(CUDA)
         sharded = fsdp.shard(copy.deepcopy(plain), 1, CUDA, "bf16")
-        assert isinstance(fsdp.autocast_for_sharded("bf16", CUDA), nullcontext)
+        assert isinstance(autocast_for("bf16", CUDA, sharded=True), nullcontext)
         tokens = random_tokens(2, 16, V).to(CUDA)
         out = sharded(tokens)
         assert out.logits.dtype == torch.bfloat16  # computed in bf16 by the policy alone

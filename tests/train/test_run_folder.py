@@ -16,8 +16,9 @@ import pytest
 from helpers import run_formers
 
 from formers.errors import FormersError
-from formers.train import checkpoint, checkpoint_write, trainer
-from formers.train.checkpoint import latest_checkpoint, load_checkpoint
+from formers.train import trainer
+from formers.train.checkpoint import latest_checkpoint, load_checkpoint, store
+from formers.train.checkpoint import write as checkpoint_write
 from formers.train.config import run_config
 from formers.train.metrics import MetricsLog, read_metrics
 
@@ -107,7 +108,7 @@ def test_a_run_with_a_checkpoint_is_never_overwritten_by_a_new_one(tmp_path, cor
 
 
 def test_a_second_ctrl_c_waits_for_the_save_and_a_third_quits(tmp_path, corpus, monkeypatch, capfd):
-    original_log, original_write = MetricsLog.log, checkpoint.write_model
+    original_log, original_write = MetricsLog.log, store.write_model
     presses = {"during save": 1}
 
     def ctrl_c_at_step_2(self, kind, step, **values):
@@ -121,7 +122,7 @@ def test_a_second_ctrl_c_waits_for_the_save_and_a_third_quits(tmp_path, corpus, 
         original_write(*args)
 
     monkeypatch.setattr(MetricsLog, "log", ctrl_c_at_step_2)
-    monkeypatch.setattr(checkpoint, "write_model", ctrl_c_while_saving)
+    monkeypatch.setattr(store, "write_model", ctrl_c_while_saving)
     stopped = trainer.train(tiny(corpus, max_steps=8), tmp_path / "twice", progress=False)
     assert stopped.interrupted and stopped.step == 2
     assert load_checkpoint(tmp_path / "twice").state.step == 2  # the save went through

@@ -23,7 +23,7 @@ from formers.data.batching import StreamBatcher
 from formers.data.errors import DataError
 from formers.errors import FormersError
 from formers.models import build
-from formers.train import checkpoint_sharded, fsdp
+from formers.train import fsdp
 from formers.train.checkpoint import (
     CheckpointCorruptError,
     TrainState,
@@ -31,11 +31,13 @@ from formers.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from formers.train.checkpoint_ranks import regroup_memory
+from formers.train.checkpoint import sharded as checkpoint_sharded
+from formers.train.checkpoint.convert import convert_checkpoint
+from formers.train.checkpoint.ranks import regroup_memory
 from formers.train.config import run_config
-from formers.train.convert import convert_checkpoint
 from formers.train.distributed import clip_grad_norm
 from formers.train.optim import make_optimizer
+from formers.train.precision import autocast_for
 from formers.train.reshard import keep_streams
 
 CPU = torch.device("cpu")
@@ -109,10 +111,10 @@ def test_bf16_is_the_policys_on_cuda_and_autocasts_elsewhere():
     cuda = torch.device("cuda")
     policy = fsdp.mixed_precision("bf16", cuda)
     assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
-    assert isinstance(fsdp.autocast_for_sharded("bf16", cuda), nullcontext)
+    assert isinstance(autocast_for("bf16", cuda, sharded=True), nullcontext)
     assert fsdp.mixed_precision("fp32", cuda).param_dtype is None
     assert fsdp.mixed_precision("bf16", CPU).param_dtype is None
-    on_cpu = fsdp.autocast_for_sharded("bf16", CPU)
+    on_cpu = autocast_for("bf16", CPU, sharded=True)
     assert isinstance(on_cpu, torch.autocast) and on_cpu.fast_dtype == torch.bfloat16
 
 
@@ -255,7 +257,7 @@ def fail_dcp_writes(monkeypatch, folder: str):
 def test_a_crash_during_a_sharded_save_keeps_the_previous_checkpoint(
     tmp_path, monkeypatch, process_group, where
 ):
-    from formers.train import checkpoint_write
+    from formers.train.checkpoint import write as checkpoint_write
 
     cfg, model, optimizer = sharded_xl()
     train_on(model, optimizer, random_tokens(2, 8, V))

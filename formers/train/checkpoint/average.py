@@ -16,9 +16,9 @@ from torch import Tensor
 
 from formers.errors import FormersError
 from formers.models import build
-from formers.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
-from formers.train.checkpoint_format import CHECKPOINTS_DIR
-from formers.train.checkpoint_read import step_dirs
+from formers.train.checkpoint.format import CHECKPOINTS_DIR
+from formers.train.checkpoint.read import step_dirs
+from formers.train.checkpoint.store import TrainState, load_checkpoint, save_checkpoint
 from formers.train.config import run_config_from_dict
 
 RUN_FILES = ("config.json", "tokenizer.json")

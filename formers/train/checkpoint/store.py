@@ -17,9 +17,9 @@ A checkpoint is one directory, `<run>/checkpoints/step_000123/`, holding
 
 That is the "single" layout, written by one process or by rank 0 of DDP. An FSDP run writes the
 "sharded" layout instead: `model/` and `optimizer/` folders with one shard file per process and
-the optimizer's other values in `optimizer.json` (`formers.train.checkpoint_sharded`). Either
+the optimizer's other values in `optimizer.json` (`formers.train.checkpoint.sharded`). Either
 layout loads into a plain model, DDP or FSDP, on any number of processes; the memory rows are
-regrouped when that number changes (`formers.train.checkpoint_ranks`).
+regrouped when that number changes (`formers.train.checkpoint.ranks`).
 
 Loading first checks every file the manifest lists against its size and checksum, so a file
 damaged in place (a flipped bit, same size) is named before anything changes; a checkpoint saved
@@ -54,8 +54,8 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from formers.devices import resolve_device
-from formers.train import rng as _rng
-from formers.train.checkpoint_format import (
+from formers.train.checkpoint import rng as _rng
+from formers.train.checkpoint.format import (
     CHECKPOINTS_DIR,
     CONFIG_FILE,
     LAYOUTS,
@@ -64,12 +64,9 @@ from formers.train.checkpoint_format import (
     SHARDED,
     SINGLE,
     TMP_PREFIX,
-    CheckpointCorruptError,
-    CheckpointError,
     CheckpointMismatchError,
-    CheckpointNotFoundError,
 )
-from formers.train.checkpoint_ranks import (
+from formers.train.checkpoint.ranks import (
     agree,
     broadcast_name,
     position,
@@ -77,18 +74,18 @@ from formers.train.checkpoint_ranks import (
     regroup_memory,
     write_rank_state,
 )
-from formers.train.checkpoint_read import (
+from formers.train.checkpoint.read import (
     check_manifest,
     check_weights,
     corrupt,
-    latest_checkpoint,
     read_flat,
     read_json,
     read_safetensors,
     resolve,
 )
-from formers.train.checkpoint_sharded import load_full_into_sharded, read_sharded, write_sharded
-from formers.train.checkpoint_write import (
+from formers.train.checkpoint.sharded import load_full_into_sharded, read_sharded, write_sharded
+from formers.train.checkpoint.state_tree import map_tensors
+from formers.train.checkpoint.write import (
     prune,
     remove_leftovers,
     seal,
@@ -99,22 +96,14 @@ from formers.train.checkpoint_write import (
     write_model,
 )
 from formers.train.fsdp import is_sharded
-from formers.train.state_tree import flatten_state, map_tensors, unflatten_state
 
 __all__ = [
-    "CheckpointCorruptError",
-    "CheckpointError",
-    "CheckpointMismatchError",
-    "CheckpointNotFoundError",
     "LoadedCheckpoint",
     "TrainState",
-    "flatten_state",
-    "latest_checkpoint",
     "load_checkpoint",
     "load_config",
     "read_train_state",
     "save_checkpoint",
-    "unflatten_state",
 ]
 
 
@@ -281,7 +270,7 @@ def load_checkpoint(
     Either layout loads into a plain model, a DDP replica or an FSDP-sharded model (call it on
     every process then: it is collective), on as many processes as saved it or on others. This
     process gets its own memory rows and random generators back; when the number of processes
-    changed, the rows of all are regrouped (`checkpoint_ranks`) and a process the saving run did
+    changed, the rows of all are regrouped (`ranks.py`) and a process the saving run did
     not have keeps its generators (`rng_restored` is False).
 
     Args:

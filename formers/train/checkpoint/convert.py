@@ -17,8 +17,7 @@ import uuid
 from pathlib import Path
 
 from formers.models import build
-from formers.train.checkpoint import load_checkpoint, load_config
-from formers.train.checkpoint_format import (
+from formers.train.checkpoint.format import (
     LAYOUTS,
     MODEL_FILE,
     OPTIMIZER_VALUES_FILE,
@@ -28,9 +27,10 @@ from formers.train.checkpoint_format import (
     TMP_PREFIX,
     CheckpointError,
 )
-from formers.train.checkpoint_read import check_manifest, resolve
-from formers.train.checkpoint_sharded import write_sharded
-from formers.train.checkpoint_write import seal, write_flat, write_model
+from formers.train.checkpoint.read import check_manifest, resolve
+from formers.train.checkpoint.sharded import write_sharded
+from formers.train.checkpoint.store import load_checkpoint, load_config
+from formers.train.checkpoint.write import seal, write_flat, write_model
 from formers.train.config import run_config_from_dict
 from formers.train.optim import make_optimizer
 

@@ -14,8 +14,8 @@ from formers.errors import FormersError
 DEFAULT_SWEEP = (128, 256, 512, 1024)
 
 
-def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register `formers bench` on the `formers` subcommand parsers."""
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers bench`."""
     p = sub.add_parser(
         "bench",
         help="speed, memory and FLOP/s of presets at one matched size",
@@ -58,7 +58,6 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
     p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
     p.set_defaults(func=cmd_bench, takes_overrides=True)
-    return p
 
 
 def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.optim import Optimizer
 
-from formers.train.checkpoint_format import (
+from formers.train.checkpoint.format import (
     FORMAT_VERSION,
     OPTIMIZER_VALUES_FILE,
     SHARDED_MODEL_DIR,
@@ -46,10 +46,10 @@ from formers.train.checkpoint_format import (
     CheckpointError,
     CheckpointMismatchError,
 )
-from formers.train.checkpoint_read import corrupt, mismatch, read_json
-from formers.train.checkpoint_write import write_json
+from formers.train.checkpoint.read import corrupt, mismatch, read_json
+from formers.train.checkpoint.state_tree import flatten_state, unflatten_state
+from formers.train.checkpoint.write import write_json
 from formers.train.fsdp import is_sharded, sync_buffers
-from formers.train.state_tree import flatten_state, unflatten_state
 
 FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
 

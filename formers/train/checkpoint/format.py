@@ -1,6 +1,6 @@
 """The on-disk layout of a checkpoint: file names, format version, and the errors loading raises.
 
-See `formers.train.checkpoint` for what a checkpoint holds.
+See `formers.train.checkpoint.store` for what a checkpoint holds.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ Shared overrides are dotted flags as for `formers train`: --model.d_model 128 --
 """
 
 
-def add_compare_parser(sub: argparse._SubParsersAction) -> None:
-    """Register `compare` on the `formers` subcommand parser."""
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `formers compare`."""
     p = sub.add_parser(
         "compare",
         help="train presets on equal terms and report them side by side",

@@ -17,7 +17,7 @@ from typing import Any
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from formers.train.checkpoint_format import (
+from formers.train.checkpoint.format import (
     ALIASES_KEY,
     CHECKSUMS_KEY,
     FORMAT_VERSION,
@@ -26,8 +26,8 @@ from formers.train.checkpoint_format import (
     TMP_PREFIX,
     TRASH_PREFIX,
 )
-from formers.train.checkpoint_read import file_checksum, step_dirs
-from formers.train.state_tree import flatten_state, own_storage, view_key
+from formers.train.checkpoint.read import file_checksum, step_dirs
+from formers.train.checkpoint.state_tree import flatten_state, own_storage, view_key
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
-from formers.train.checkpoint_format import (
+from formers.train.checkpoint.format import (
     ALIASES_KEY,
     CHECKPOINTS_DIR,
     CHECKSUMS_KEY,
@@ -29,7 +29,7 @@ from formers.train.checkpoint_format import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
 )
-from formers.train.state_tree import unflatten_state
+from formers.train.checkpoint.state_tree import unflatten_state
 
 CHECKSUM_CHUNK = 1 << 20
 

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from formers.train.checkpoint_format import CheckpointError
-from formers.train.checkpoint_read import read_flat
-from formers.train.checkpoint_write import write_flat
-from formers.train.state_tree import concat_rows, take_rows
+from formers.train.checkpoint.format import CheckpointError
+from formers.train.checkpoint.read import read_flat
+from formers.train.checkpoint.state_tree import concat_rows, take_rows
+from formers.train.checkpoint.write import write_flat
 
 
 def position() -> tuple[int, int]:
