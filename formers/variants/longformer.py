@@ -46,11 +46,12 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.kernels.attention import masked_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
 from formers.variants.longformer_config import LongformerConfig
-from formers.variants.sliding_window import attend_blocks, sliding_window_attention
+from formers.variants.sliding_window import sliding_window_attention
 from formers.variants.sliding_window_cache import RollingKVCache, rolling_window_attention
 
 
@@ -271,7 +272,9 @@ class LongformerAttention(MultiHeadAttention):
         if mask.key_valid is not None:
             allowed = allowed & mask.key_valid[:, None, :end]
         dropout = self.dropout if self.training else 0.0
-        heads = attend_blocks(q_g, k_g, v_g, allowed[:, None], self.scale, dropout)  # (B,H,G,K)
+        heads = masked_attention(
+            q_g, k_g, v_g, allowed[:, None], scale=self.scale, dropout=dropout
+        )  # (B, H, G, K)
         new_rows = self.out_proj(heads.transpose(1, 2).reshape(batch, -1, d))  # (B, G, D)
         # scatter the rows into place; the other slots write a spare row T, dropped after
         target = torch.where(asks, rows, length)[..., None].expand(-1, -1, d)  # (B, G, D)

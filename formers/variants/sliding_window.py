@@ -5,9 +5,9 @@ d − 1 positions between window keys (dilation, Fig. 2c), plus a few global key
 sees (Fig. 2d). The cost is O(n·w) time and memory instead of O(n²).
 
 Diff from vanilla: only the attention kernel. Eq. 1 of Vaswani et al. is computed per block of
-queries against the few key blocks its window reaches, all block pairs in one call of the fused
-`scaled_dot_product_attention` with an exact band mask (two batched matmuls where those are
-faster: CPU bf16/fp16); no n×n tensor is ever built.
+queries against the few key blocks its window reaches, all block pairs in one call of the shared
+masked attention (`formers.kernels.attention`: fused, or two batched matmuls where those are
+faster) with an exact band mask; no n×n tensor is ever built.
 
 These are pure functions: an attention module calls `sliding_window_attention` for training and
 scoring, and `RollingKVCache` + `rolling_window_attention` (sliding_window_cache.py) for
@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.errors import InputError
-from formers.layers.attention import fused_kernel_is_faster
-from formers.layers.mask import mask_scores
+from formers.kernels.attention import masked_attention
 
 # Blocks of fewer queries pay the fused kernel's per-block overhead more than they save in band
 # work (benchmarks/sliding_window_kernel.py blocks: window 16 and 64 are fastest at 32).
@@ -283,58 +282,11 @@ def _blocked_band(
         )  # (B, N, Q, L + G)
 
     allowed = allowed.reshape(batch * n_blocks, 1, size, -1)  # (B·N, 1, Q, L + G)
-    out = attend_blocks(query_blocks(q), keys, values, allowed, band.scale, band.dropout)
+    out = masked_attention(
+        query_blocks(q), keys, values, allowed, scale=band.scale, dropout=band.dropout
+    )  # (B·N, H, Q, K)
     out = out.view(batch, n_blocks, heads, size, dim).transpose(1, 2)  # (B, H, N, Q, K)
     return out.reshape(batch, heads, padded, dim)[:, :, :length]  # (B, H, T, K)
-
-
-def attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """Eq. 1 on block pairs; a query that sees no key gets a zero output.
-
-    The fused kernel, except where two batched matmuls are faster (CPU bf16/fp16, the rule of
-    `formers.layers.attention`): forward+backward at 4,096 / 16,384 tokens, window 256, 8 heads
-    of 64, 2 threads, fused vs explicit: fp32 124 vs 158 / 487 vs 586 ms, bf16 139 vs 99 /
-    601 vs 388 ms (benchmarks/sliding_window_kernel.py kernels). The explicit path keeps the
-    (B·N, H, Q, L) weights for backward: 1.8x the memory, still O(T·window).
-
-    Args:
-        q: (B·N, H, Q, K) query blocks.
-        k: (B·N, H, L, K) the keys each block may see.
-        v: (B·N, H, L, K) their values.
-        allowed: (B·N, 1, Q, L) bool, True where query a may see key e.
-    """
-    if fused_kernel_is_faster(q, k):
-        return fused_attend_blocks(q, k, v, allowed, scale, dropout)
-    return explicit_attend_blocks(q, k, v, allowed, scale, dropout)
-
-
-def fused_attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """`attend_blocks` through `scaled_dot_product_attention`."""
-    has_key = allowed.any(-1, keepdim=True)  # (B·N, 1, Q, 1)
-    # A row with no visible key is NaN inside the kernel before torch 2.5 and on some backends
-    # (and poisons the gradients of the keys): let it see everything, then zero its output.
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout, scale=scale
-    )
-    return out.masked_fill(~has_key, 0.0)
-
-
-def explicit_attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """`attend_blocks` as scores, masked softmax, weights @ v."""
-    scores = (q * scale) @ k.transpose(-1, -2)  # (B·N, H, Q, L)
-    # mask_scores keeps masked scores finite (fp16 included), so a row that sees no key is an
-    # even spread over masked keys, not NaN, until it is zeroed.
-    weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
-    weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    if dropout > 0:
-        weights = F.dropout(weights, dropout)
-    return weights @ v  # (B·N, H, Q, K)
 
 
 def global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:

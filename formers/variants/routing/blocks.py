@@ -4,8 +4,9 @@ Every token belongs to one cluster, or to none (padding: cluster id `n_clusters`
 cluster the members keep their order of position and are cut into blocks of `window`
 consecutive members; each block of queries attends to its own block and the previous block of
 the same cluster (and the next one when not causal). So every block is one dense
-(window × 2·window) call of torch's fused `scaled_dot_product_attention`, batched over all the
-blocks of all clusters, heads and batch rows: O(T·window) time and memory, never a (T, T) tensor.
+(window × 2·window) problem of the shared masked attention (`formers.kernels.attention`),
+batched over all the blocks of all clusters, heads and batch rows: O(T·window) time and
+memory, never a (T, T) tensor.
 
 Which keys a query sees, by `rank` (its index among the members of its cluster, in order of
 position) and block b = ⌊rank / window⌋:
@@ -32,14 +33,13 @@ W window (queries per block), M keys per block (2W causal, 3W not).
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from formers.layers.mask import mask_scores
+from formers.kernels.attention import masked_attention
 
 
 class ClusterRanks(NamedTuple):
@@ -192,7 +192,7 @@ def attend_in_blocks(
         alone = ~torch.stack([p.any(-1) for p in parts]).any(0)  # (., N, W) no other key
         parts[1] = parts[1] | (alone[..., None] & eye & ok_slots[..., None, :])
     allowed = torch.cat(parts, dim=-1)  # (B|1, H|1, N, W, M)
-    has_key = allowed.any(-1, keepdim=True)  # (., N, W, 1)
+    keep = None
     if dropout > 0 and pair_dropout_positions:
         seed = int(torch.randint(0, _BITS31, ()))  # one draw, whatever the layout
         keep = pair_dropout(
@@ -200,24 +200,16 @@ def attend_in_blocks(
             slots.expand(batch, heads, -1, -1),
             key_slots.expand(batch, heads, -1, -1),
             dropout,
-        )
-        scale = 1.0 / math.sqrt(dim) if scale is None else scale
-        scores = mask_scores((q_blk * scale) @ keys.transpose(-2, -1), allowed)  # (B,H,N,W,M)
-        weights = torch.softmax(scores, dim=-1).masked_fill(~has_key, 0.0)
-        out = (weights * keep / (1 - dropout)) @ values
-        return out.view(batch, heads, n_blocks * window, -1)
-    # A row with no visible key would be NaN inside the kernel: let it see everything, then
-    # zero its output (as in MultiHeadAttention.fused_attention).
-    mask = (allowed | ~has_key).expand(batch, heads, -1, -1, -1).flatten(1, 2)  # (B, H·N, W, M)
-    out = F.scaled_dot_product_attention(
-        q_blk.flatten(1, 2),
-        keys.flatten(1, 2),
+        ).flatten(1, 2)  # (B, H·N, W, M)
+    out = masked_attention(
+        q_blk.flatten(1, 2),  # (B, H·N, W, K)
+        keys.flatten(1, 2),  # (B, H·N, M, K)
         values.flatten(1, 2),
-        attn_mask=mask,
-        dropout_p=dropout,
+        allowed.expand(batch, heads, -1, -1, -1).flatten(1, 2),  # (B, H·N, W, M)
         scale=scale,
+        dropout=dropout,
+        keep=keep,
     )  # (B, H·N, W, K)
-    out = out.view(batch, heads, n_blocks, window, -1).masked_fill(~has_key, 0.0)
     return out.view(batch, heads, n_blocks * window, -1)
 
 
@@ -357,6 +349,4 @@ def ranked_attention(
         own = same & (k_rank[..., None, :] == q_rank[..., :, None]) & ok
         allowed = allowed & ~own
         allowed = allowed | (own & ~allowed.any(-1, keepdim=True))
-    has_key = allowed.any(-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, scale=scale)
-    return out.masked_fill(~has_key, 0.0)
+    return masked_attention(q, k, v, allowed, scale=scale)
