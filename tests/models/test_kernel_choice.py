@@ -31,7 +31,11 @@ KINDS = {
     "linformer": ("linformer", lambda t: {"attention.proj_len": t}),
     "routing": (
         "routing",
-        lambda t: {"attention.n_clusters": 1, "attention.window": 2 * t, "attention.local_window": t},
+        lambda t: {
+            "attention.n_clusters": 1,
+            "attention.window": 2 * t,
+            "attention.local_window": t,
+        },
     ),
     "longformer": ("longformer", lambda t: {"attention.window": t}),
 }
