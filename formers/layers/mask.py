@@ -24,14 +24,10 @@ class AttentionMask:
         causal: query i sees key j only if j <= i + (S - T); with S > T the extra keys are a
             prefix (cache or memory) that every query may see.
         key_valid: (B, S) bool, False at padding keys.
-        global_tokens: (B, S) bool, True at tokens that see and are seen by every token
-            (Longformer's global attention, Beltagy et al. 2020 §3.1); full attention already
-            lets every token see every other, so only sparse patterns read it.
     """
 
     causal: bool = False
     key_valid: Tensor | None = None
-    global_tokens: Tensor | None = None
 
     @property
     def is_empty(self) -> bool:

@@ -19,7 +19,7 @@ from torch import Tensor
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
 from formers.layers.cache import LayerState
-from formers.variants.sliding_window import (
+from formers.variants.longformer.sliding_window import (
     check_window,
     global_position_marks,
     head_dilations,
