@@ -12,9 +12,10 @@ The hooks, in the order `forward` calls them; a variant overrides one and inheri
         mask; Primer convolves q, k and v and keeps the convolution's tail in `state`).
   attend(q, k, v, mask, state) -> out
         everything between the projections and the output projection: extends the keys with
-        the decoding `state` and runs Eq. 1, on torch's fused kernel when `scores` and `weights`
-        are vanilla, else through the two hooks below. A variant with its own kernel
-        (Longformer's blocked band, Routing's clusters) overrides it whole.
+        the decoding `state` and runs Eq. 1: the shared `formers.kernels.attention` kernel
+        (fused or explicit by its one rule) when `scores` and `weights` are vanilla, else the
+        two hooks below. A variant with its own pattern (Longformer's blocked band, Routing's
+        clusters) overrides it whole and calls the kernels itself.
   scores(q, k, mask) -> (B, H, T, S) logits
         Transformer-XL adds its relative-position terms (and may fold the mask in);
   weights(scores, mask) -> (B, H, T, S) probabilities
