@@ -62,7 +62,7 @@ from formers.cpu_allocator import keep_freed_memory
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
 from formers.variants.longformer import LongformerAttention
-from formers.variants.sliding_window import sliding_window_attention
+from formers.variants.longformer.sliding_window import sliding_window_attention
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # which full-attention row each window is compared with

@@ -30,12 +30,10 @@ from formers.bench.hardware import device_name
 from formers.bench.memory import peak_rise_bytes
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
-from formers.variants import sliding_window
-from formers.variants.sliding_window import (
+from formers.kernels import attention as kernels
+from formers.variants.longformer.sliding_window import (
     band_reach,
     default_block_size,
-    explicit_attend_blocks,
-    fused_attend_blocks,
     sliding_window_attention,
 )
 
@@ -72,16 +70,16 @@ def measure(
     return result
 
 
-def with_attend_blocks(attend: Callable, fn: Callable[[], None]) -> Callable[[], None]:
-    """`fn` with the kernel's block attention swapped for `attend` during the call."""
+def with_fused(fused: bool, fn: Callable[[], None]) -> Callable[[], None]:
+    """`fn` with the shared kernel's fused-or-explicit choice forced during the call."""
 
     def run() -> None:
-        fused = sliding_window.attend_blocks
-        sliding_window.attend_blocks = attend
+        rule = kernels.fused_kernel_is_faster
+        kernels.fused_kernel_is_faster = lambda q, k: fused
         try:
             fn()
         finally:
-            sliding_window.attend_blocks = fused
+            kernels.fused_kernel_is_faster = rule
 
     return run
 
@@ -131,8 +129,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"n={length} {dtype_name}: default block {default_block_size(left + right)}")
             else:
                 candidates = {
-                    "fused": with_attend_blocks(fused_attend_blocks, step(window)),
-                    "explicit": with_attend_blocks(explicit_attend_blocks, step(window)),
+                    "fused": with_fused(True, step(window)),
+                    "explicit": with_fused(False, step(window)),
                 }
             results = measure(candidates, args.repeats, device)
             for name, (seconds, mib) in results.items():

@@ -12,6 +12,7 @@ from helpers import random_tokens, tiny_config
 
 import formers
 from formers.infer import generate
+from formers.kernels import attention as kernels
 from formers.layers import attention as attention_module
 from formers.layers.mask import AttentionMask
 from formers.train import trainer
@@ -37,7 +38,7 @@ def test_fused_cuda_attention_equals_the_explicit_path(dtype, causal, monkeypatc
     key_valid[1, 30:] = False
     mask = AttentionMask(causal=causal, key_valid=key_valid)
     fused = layer(x, mask=mask)
-    monkeypatch.setattr(attention_module, "fused_kernel_is_faster", lambda q, k: False)
+    monkeypatch.setattr(kernels, "fused_kernel_is_faster", lambda q, k: False)
     explicit = layer(x, mask=mask)
     assert torch.isfinite(fused).all()
     tolerance = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 3e-3}[dtype]

@@ -12,9 +12,10 @@ The hooks, in the order `forward` calls them; a variant overrides one and inheri
         mask; Primer convolves q, k and v and keeps the convolution's tail in `state`).
   attend(q, k, v, mask, state) -> out
         everything between the projections and the output projection: extends the keys with
-        the decoding `state` and runs Eq. 1, on torch's fused kernel when `scores` and `weights`
-        are vanilla, else through the two hooks below. A variant with its own kernel
-        (Longformer's blocked band, Routing's clusters) overrides it whole.
+        the decoding `state` and runs Eq. 1: the shared `formers.kernels.attention` kernel
+        (fused or explicit by its one rule) when `scores` and `weights` are vanilla, else the
+        two hooks below. A variant with its own pattern (Longformer's blocked band, Routing's
+        clusters) overrides it whole and calls the kernels itself.
   scores(q, k, mask) -> (B, H, T, S) logits
         Transformer-XL adds its relative-position terms (and may fold the mask in);
   weights(scores, mask) -> (B, H, T, S) probabilities
@@ -37,25 +38,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from formers.config import AttentionConfig, ModelConfig
+from formers.kernels.attention import mask_scores, masked_attention
+from formers.kernels.attention import zero_rows_without_keys as zero_rows
+from formers.kernels.cost import AttentionCost
 from formers.layers.cache import KVCache, LayerState
-from formers.layers.mask import AttentionMask, mask_scores
+from formers.layers.mask import AttentionMask
 
 NO_MASK = AttentionMask()
-
-# On CPU in bf16/fp16, two batched matmuls and a softmax beat torch's fused (flash) kernel:
-# training tokens/s explicit vs fused 2,319 vs 1,911 at 512 keys, 2,103 vs 1,972 at 1,024, and
-# within 5 % beyond (1,814 vs 1,735 at 1,536; 1,610 vs 1,584 at 2,048) (the 6×512 model of
-# benchmarks/peers.py, AVX-512 bf16). Past 1,024 keys the fused kernel's O(T) memory is worth
-# more than those few percent: the explicit path keeps (T, S) weights per layer for backward.
-# In fp32 the fused kernel wins at every length.
-CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS = 1024
-
-
-def fused_kernel_is_faster(q: Tensor, k: Tensor) -> bool:
-    """Whether the fused kernel is the better choice for these keys: faster, or far less memory."""
-    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
-        return True
-    return k.shape[-2] > CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS
 
 
 def zero_rows_without_keys(weights: Tensor, mask: AttentionMask, allowed: Tensor) -> Tensor:
@@ -63,12 +52,10 @@ def zero_rows_without_keys(weights: Tensor, mask: AttentionMask, allowed: Tensor
 
     Skipped when the mask guarantees a key for every query: a full pass over the (T, S) weights.
     """
-    if mask.every_query_sees_a_key:
-        return weights
-    return weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+    return weights if mask.every_query_sees_a_key else zero_rows(weights, allowed)
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(nn.Module, AttentionCost):
     """h parallel scaled dot-product heads of width d_model / h, then an output projection.
 
     Args:
@@ -169,11 +156,22 @@ class MultiHeadAttention(nn.Module):
         after the keys and values of earlier calls (`state`, a `KVCache`)."""
         if state is not None:
             k, v = state.append(k, v)  # (B, H, S, K)
-        if self.fused and fused_kernel_is_faster(q, k):
-            return self.fused_attention(q, k, v, mask)
+        dropout = self.dropout if self.training else 0.0
+        if self.fused:
+            # Vanilla scores and weights: the shared kernel, fused or explicit by its one rule.
+            allowed, causal = mask.kernel_form(q.shape[-2], k.shape[-2], q.device)
+            return masked_attention(
+                q,
+                k,
+                v,
+                allowed,
+                causal=causal,
+                dropout=dropout,
+                every_query_sees_a_key=mask.every_query_sees_a_key,
+            )
         weights = self.weights(self.scores(q, k, mask), mask)  # (B, H, T, S)
-        if self.training and self.dropout > 0:
-            weights = F.dropout(weights, self.dropout)
+        if dropout > 0:
+            weights = F.dropout(weights, dropout)
         return weights @ v
 
     def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
@@ -189,35 +187,3 @@ class MultiHeadAttention(nn.Module):
             return torch.softmax(scores, dim=-1)
         weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
         return zero_rows_without_keys(weights, mask, allowed)
-
-    def fused_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask) -> Tensor:
-        """Eq. 1 on torch's fused kernels, choosing the cheapest mask form."""
-        dropout = self.dropout if self.training else 0.0
-        sdpa = F.scaled_dot_product_attention
-        query_len, key_len = q.shape[-2], k.shape[-2]
-        if mask.key_valid is None:
-            if not mask.causal or query_len == 1:
-                return sdpa(q, k, v, dropout_p=dropout)
-            if query_len == key_len:
-                return sdpa(q, k, v, dropout_p=dropout, is_causal=True)
-        allowed = mask.dense(query_len, key_len, q.device)
-        has_key = allowed.any(-1, keepdim=True)  # (B|1, 1, T, 1)
-        # A row with no visible key would be NaN inside the kernel: let it see everything,
-        # then zero its output.
-        out = sdpa(q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout)
-        return out.masked_fill(~has_key, 0.0)
-
-    # --- cost model (formers bench): what one token costs this layer ---------------------------
-
-    def keys_per_query(self, seq_len: int) -> int:
-        """Keys each query is scored against in a sequence of `seq_len` tokens."""
-        return seq_len
-
-    def score_flops_per_token(self, seq_len: int) -> float:
-        """Forward FLOPs per query of the products with keys: q·kᵀ and the weighted sum of
-        values, 2 FLOPs per multiply-add (Chowdhery et al. 2022, App. B; no causal halving)."""
-        return 2.0 * 2 * self.keys_per_query(seq_len) * self.d_model
-
-    def per_segment_parameters(self) -> list[nn.Parameter]:
-        """Parameters multiplied once per sequence rather than once per token (none here)."""
-        return []

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from formers.kernels.attention import causal_mask
+
 
 @dataclass(frozen=True)
 class AttentionMask:
@@ -22,14 +24,10 @@ class AttentionMask:
         causal: query i sees key j only if j <= i + (S - T); with S > T the extra keys are a
             prefix (cache or memory) that every query may see.
         key_valid: (B, S) bool, False at padding keys.
-        global_tokens: (B, S) bool, True at tokens that see and are seen by every token
-            (Longformer's global attention, Beltagy et al. 2020 §3.1); full attention already
-            lets every token see every other, so only sparse patterns read it.
     """
 
     causal: bool = False
     key_valid: Tensor | None = None
-    global_tokens: Tensor | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -54,46 +52,20 @@ class AttentionMask:
             allowed = keys if allowed is None else allowed & keys
         return allowed
 
+    def kernel_form(
+        self, query_len: int, key_len: int, device: torch.device
+    ) -> tuple[Tensor | None, bool]:
+        """The cheapest form for `masked_attention`: (allowed, causal).
 
-def causal_mask(query_len: int, key_len: int, device: torch.device | None = None) -> Tensor:
-    """(T, S) bool: query i (at absolute position S - T + i) sees keys at positions <= its own."""
-    offset = key_len - query_len
-    rows = torch.arange(query_len, device=device)[:, None]
-    cols = torch.arange(key_len, device=device)[None, :]
-    return cols <= rows + offset
-
-
-def adds_mask_as_bias(dtype: torch.dtype) -> bool:
-    """Whether attention in `dtype` may add the mask to its scores (`blocked_bias`).
-
-    Not in fp16: its range ends at ±65504, so a masked score plus a bias that low can overflow
-    to -inf (a row with no visible key turns NaN) or, beside visible scores tens of thousands
-    lower, still win. bf16, fp32 and fp64 reach 1e38 and more: no real score comes near that.
-    """
-    return dtype != torch.float16
-
-
-def blocked_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:
-    """0 where `allowed`, half the dtype's minimum elsewhere: a mask to add to attention scores.
-
-    Adding it costs the forward pass what masked_fill costs, and the backward pass nothing (the
-    gradient of a sum passes through, where masked_fill's must be masked again). Half of
-    finfo.min rather than -inf: a score added to it stays finite, so a query that sees no key
-    never produces a NaN. Only for dtypes where `adds_mask_as_bias`.
-    """
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    return bias.masked_fill_(~allowed, torch.finfo(dtype).min / 2)
-
-
-def mask_scores(scores: Tensor, allowed: Tensor) -> Tensor:
-    """`scores` with the entries `allowed` forbids pushed below every visible score.
-
-    Added as a bias where the dtype allows it (the cheaper backward pass), filled with the
-    dtype's minimum in fp16 (see `adds_mask_as_bias`).
-    """
-    if adds_mask_as_bias(scores.dtype):
-        return scores + blocked_bias(allowed, scores.dtype)
-    return scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        No tensor where every query sees every key (or a single query sees all the causal
+        keys), the causal flag for the square causal mask, else `dense()`.
+        """
+        if self.key_valid is None:
+            if not self.causal or query_len == 1:
+                return None, False
+            if query_len == key_len:
+                return None, True
+        return self.dense(query_len, key_len, device), False
 
 
 def padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:

@@ -34,8 +34,9 @@ from torch import Tensor
 
 from formers.config import AttentionConfig, ModelConfig
 from formers.errors import ConfigError
+from formers.kernels.attention import mask_scores
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
-from formers.layers.mask import AttentionMask, mask_scores
+from formers.layers.mask import AttentionMask
 
 
 @dataclass(frozen=True)

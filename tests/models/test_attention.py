@@ -138,7 +138,7 @@ def test_low_precision_weights_are_the_softmax_rounded_once():
     [(torch.float32, 16, True), (torch.bfloat16, 16, False), (torch.bfloat16, 1100, True)],
 )
 def test_cpu_kernel_choice_and_agreement(dtype, keys, fused):
-    from formers.layers.attention import fused_kernel_is_faster
+    from formers.kernels.attention import fused_kernel_is_faster
 
     q = torch.randn(1, 2, 4, 8, dtype=dtype)
     k = torch.randn(1, 2, keys, 8, dtype=dtype)

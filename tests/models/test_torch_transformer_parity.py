@@ -11,7 +11,7 @@ import torch
 from helpers import random_tokens, tiny_config
 
 import formers
-from formers.layers import attention as attention_module
+from formers.kernels import attention as kernels
 
 
 def copy_weights(ours, ref):
@@ -99,15 +99,15 @@ def test_whole_model_logits_equal_torch_transformer(path, padded, monkeypatch):
     the paper's initialisation (table at d_model**-0.5, so the scale is √d_model)."""
     monkeypatch.setattr(torch.backends.mha, "get_fastpath_enabled", lambda: False)
     calls = {"fused": 0}
-    fused = attention_module.MultiHeadAttention.fused_attention
+    fused = kernels.fused_attention
 
-    def counting(self, *args, **kwargs):
+    def counting(*args, **kwargs):
         calls["fused"] += 1
-        return fused(self, *args, **kwargs)
+        return fused(*args, **kwargs)
 
-    monkeypatch.setattr(attention_module.MultiHeadAttention, "fused_attention", counting)
-    if path == "explicit":  # the two-matmul path with the scores and weights hooks
-        monkeypatch.setattr(attention_module, "fused_kernel_is_faster", lambda q, k: False)
+    monkeypatch.setattr(kernels, "fused_attention", counting)
+    if path == "explicit":  # the two-matmul path: scores, masked softmax, weights @ v
+        monkeypatch.setattr(kernels, "fused_kernel_is_faster", lambda q, k: False)
     sizes = dict(n_layers=2, n_encoder_layers=3, d_model=24, n_heads=4)
     cfg = tiny_config("transformer", embed_init="paper", **sizes)
     ours = formers.build(cfg).double().eval()

@@ -30,7 +30,7 @@ D, HEADS = 16, 4
 PER_HEAD = (1, 2, 3, 1)
 
 
-def reference(attn, x, causal, key_valid=None, marks=None):
+def reference(attn, x, causal, key_valid=None):
     """The layer from the paper's definition in float64, with dense (T, T) masks:
     query i sees key j if j is in i's window or j is a global token (causal: j <= i), and j is
     not padding; a global token's row is instead softmax(Q_g x_g (K_g X)ᵀ/√K) V_g X over every
@@ -58,8 +58,6 @@ def reference(attn, x, causal, key_valid=None, marks=None):
         bands.append((gap >= 0) & (gap % dil == 0) & (gap <= reach * dil))
     is_global = torch.zeros(batch, length, dtype=torch.bool)
     is_global[:, [p for p in attn.global_tokens if p < length]] = True
-    if marks is not None:
-        is_global |= marks
     valid = torch.ones(batch, length, dtype=torch.bool) if key_valid is None else key_valid
     is_global &= valid
     past = (j <= i) if causal else torch.ones(length, length, dtype=torch.bool)
@@ -102,12 +100,9 @@ def test_layer_equals_the_dense_float64_twin_forward_and_gradients(seed, causal)
     attn = layer(window, dilation, global_tokens, seed)
     x = torch.randn(2, length, D, dtype=torch.float64, requires_grad=True)
     key_valid = random_padding(2, length) if seed % 2 else None
-    marks = None
-    if seed % 4 == 3 and global_tokens:
-        marks = torch.rand(2, length) > 0.85  # per-row global tokens on top of the config's
-    mask = AttentionMask(causal=causal, key_valid=key_valid, global_tokens=marks)
+    mask = AttentionMask(causal=causal, key_valid=key_valid)
     got = attn(x, mask=mask)
-    want = reference(attn, x, causal, key_valid, marks)
+    want = reference(attn, x, causal, key_valid)
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
     upstream = torch.randn_like(got)
     leaves = [x, *attn.parameters()]
@@ -308,14 +303,6 @@ def test_per_layer_windows_and_command_line_values():
 def test_bad_configs_name_the_field(overrides, message):
     with pytest.raises(formers.ConfigError, match=message):
         tiny_config("longformer", **overrides)
-
-
-def test_the_mask_may_add_global_tokens_only_where_projections_exist():
-    attn = LongformerAttention(D, HEADS, window=3)
-    marks = torch.zeros(1, 8, dtype=torch.bool)
-    marks[0, 2] = True
-    with pytest.raises(formers.InputError, match="attention.global_tokens"):
-        attn(torch.randn(1, 8, D), mask=AttentionMask(global_tokens=marks))
 
 
 def test_preset_and_cost_model():

@@ -1,11 +1,12 @@
-"""Attention inside clusters, cut into blocks: the kernel of routed and local heads.
+"""Attention inside clusters, cut into blocks: the kernel of routed heads (and local ones).
 
 Every token belongs to one cluster, or to none (padding: cluster id `n_clusters`). Inside a
 cluster the members keep their order of position and are cut into blocks of `window`
 consecutive members; each block of queries attends to its own block and the previous block of
 the same cluster (and the next one when not causal). So every block is one dense
-(window × 2·window) call of torch's fused `scaled_dot_product_attention`, batched over all the
-blocks of all clusters, heads and batch rows: O(T·window) time and memory, never a (T, T) tensor.
+(window × 2·window) problem of the shared masked attention (`formers.kernels.attention`),
+batched over all the blocks of all clusters, heads and batch rows: O(T·window) time and
+memory, never a (T, T) tensor.
 
 Which keys a query sees, by `rank` (its index among the members of its cluster, in order of
 position) and block b = ⌊rank / window⌋:
@@ -22,9 +23,11 @@ from one seed (`pair_dropout`), not by the fused kernel: the kernel's draws foll
 the blocks, which depends on how many tokens each cluster gets over the whole sequence, so a
 token after t would reshuffle the dropout of the queries before it.
 
-Local heads are the same kernel with every token in one cluster: blocks of consecutive positions
-(`local_attention`, no sorting). `ranked_attention` is the same rule as a dense mask over any
-keys, for decoding with a cache (one query against all keys so far) and as the naive twin.
+Local heads follow the same rule with every token in one cluster: blocks of consecutive positions
+(`local_attention`), which is a band, so they run the shared blocked band kernel
+(`formers.kernels.blocks`, Longformer's too) with no gather. `ranked_attention` is the same rule
+as a dense mask over any keys, for decoding with a cache (one query against all keys so far) and
+as the naive twin.
 
 Shapes: B batch, H heads, T length, S keys, K head dim, C clusters (+1 for "none"), N blocks,
 W window (queries per block), M keys per block (2W causal, 3W not).
@@ -32,14 +35,14 @@ W window (queries per block), M keys per block (2W causal, 3W not).
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from formers.layers.mask import mask_scores
+from formers.kernels.attention import masked_attention
+from formers.kernels.blocks import band_attention
 
 
 class ClusterRanks(NamedTuple):
@@ -140,7 +143,6 @@ def attend_in_blocks(
     exclude_self: bool,
     scale: float | None = None,
     dropout: float = 0.0,
-    pair_dropout_positions: bool = False,
 ) -> Tensor:
     """Each block of queries against its own and neighbouring blocks of the same cluster.
 
@@ -153,9 +155,8 @@ def attend_in_blocks(
             own and next blocks whole.
         exclude_self: a query sees its own slot only when it sees no other key.
         scale: score scale; None is 1/√K.
-        dropout: dropout on the attention weights.
-        pair_dropout_positions: draw dropout per pair of positions (`pair_dropout`) instead of
-            in the fused kernel, whose draws follow the layout.
+        dropout: dropout on the attention weights, drawn per pair of positions
+            (`pair_dropout`).
 
     Returns:
         (B, H, N·W, K) by slot; zero for a query that sees no key or an empty slot.
@@ -192,32 +193,24 @@ def attend_in_blocks(
         alone = ~torch.stack([p.any(-1) for p in parts]).any(0)  # (., N, W) no other key
         parts[1] = parts[1] | (alone[..., None] & eye & ok_slots[..., None, :])
     allowed = torch.cat(parts, dim=-1)  # (B|1, H|1, N, W, M)
-    has_key = allowed.any(-1, keepdim=True)  # (., N, W, 1)
-    if dropout > 0 and pair_dropout_positions:
+    keep = None
+    if dropout > 0:
         seed = int(torch.randint(0, _BITS31, ()))  # one draw, whatever the layout
         keep = pair_dropout(
             seed,
             slots.expand(batch, heads, -1, -1),
             key_slots.expand(batch, heads, -1, -1),
             dropout,
-        )
-        scale = 1.0 / math.sqrt(dim) if scale is None else scale
-        scores = mask_scores((q_blk * scale) @ keys.transpose(-2, -1), allowed)  # (B,H,N,W,M)
-        weights = torch.softmax(scores, dim=-1).masked_fill(~has_key, 0.0)
-        out = (weights * keep / (1 - dropout)) @ values
-        return out.view(batch, heads, n_blocks * window, -1)
-    # A row with no visible key would be NaN inside the kernel: let it see everything, then
-    # zero its output (as in MultiHeadAttention.fused_attention).
-    mask = (allowed | ~has_key).expand(batch, heads, -1, -1, -1).flatten(1, 2)  # (B, H·N, W, M)
-    out = F.scaled_dot_product_attention(
-        q_blk.flatten(1, 2),
-        keys.flatten(1, 2),
+        ).flatten(1, 2)  # (B, H·N, W, M)
+    out = masked_attention(
+        q_blk.flatten(1, 2),  # (B, H·N, W, K)
+        keys.flatten(1, 2),  # (B, H·N, M, K)
         values.flatten(1, 2),
-        attn_mask=mask,
-        dropout_p=dropout,
+        allowed.expand(batch, heads, -1, -1, -1).flatten(1, 2),  # (B, H·N, W, M)
         scale=scale,
+        dropout=dropout,
+        keep=keep,
     )  # (B, H·N, W, K)
-    out = out.view(batch, heads, n_blocks, window, -1).masked_fill(~has_key, 0.0)
     return out.view(batch, heads, n_blocks * window, -1)
 
 
@@ -266,7 +259,6 @@ def routed_attention(
         exclude_self=exclude_self,
         scale=scale,
         dropout=dropout,
-        pair_dropout_positions=True,
     )  # (B, H, N·W, K)
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))
 
@@ -293,27 +285,25 @@ def local_attention(
     Returns:
         (B, H, T, K)
     """
-    batch, heads, length, dim = q.shape
-    n_blocks = -(-length // window)
-    slots = torch.arange(n_blocks * window, device=q.device).clamp(max=length)[None, None]
-    valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
-    if key_valid is not None:
-        valid = key_valid
-    key_ok = F.pad(valid, (0, n_blocks * window - length), value=False)[:, None]  # (B, 1, N·W)
-    block_cluster = torch.zeros(1, 1, n_blocks, dtype=torch.long, device=q.device)
-    out = attend_in_blocks(
+    # The blocked band kernel with blocks of W: local key e of a block sits W positions before
+    # its query e; the previous block is whole, the own block up to the query (causal), or the
+    # previous, own and next blocks whole.
+    left, right = window, 0 if causal else window
+    in_block = torch.ones(window, window + left + right, dtype=torch.bool, device=q.device)
+    if causal:
+        in_block = in_block.tril(left)  # (W, 2W): e − a <= W
+    return band_attention(
         q,
         k,
         v,
-        slots,
-        block_cluster,
-        key_ok,
-        causal=causal,
-        exclude_self=False,
+        size=window,
+        left=left,
+        right=right,
+        in_block=in_block,
+        key_valid=key_valid,
         scale=scale,
         dropout=dropout,
     )
-    return out[:, :, :length]
 
 
 def ranked_attention(
@@ -357,6 +347,4 @@ def ranked_attention(
         own = same & (k_rank[..., None, :] == q_rank[..., :, None]) & ok
         allowed = allowed & ~own
         allowed = allowed | (own & ~allowed.any(-1, keepdim=True))
-    has_key = allowed.any(-1, keepdim=True)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | ~has_key, scale=scale)
-    return out.masked_fill(~has_key, 0.0)
+    return masked_attention(q, k, v, allowed, scale=scale)

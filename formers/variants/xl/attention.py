@@ -36,9 +36,10 @@ import torch
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
+from formers.kernels.attention import adds_mask_as_bias, blocked_bias, mask_scores
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
 from formers.layers.cache import LayerState
-from formers.layers.mask import AttentionMask, adds_mask_as_bias, blocked_bias, mask_scores
+from formers.layers.mask import AttentionMask
 from formers.variants.xl.config import XLConfig
 
 

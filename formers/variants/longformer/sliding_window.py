@@ -5,9 +5,9 @@ d − 1 positions between window keys (dilation, Fig. 2c), plus a few global key
 sees (Fig. 2d). The cost is O(n·w) time and memory instead of O(n²).
 
 Diff from vanilla: only the attention kernel. Eq. 1 of Vaswani et al. is computed per block of
-queries against the few key blocks its window reaches, all block pairs in one call of the fused
-`scaled_dot_product_attention` with an exact band mask (two batched matmuls where those are
-faster: CPU bf16/fp16); no n×n tensor is ever built.
+queries against the few key blocks its window reaches, all block pairs in one call of the shared
+masked attention (`formers.kernels.attention`: fused, or two batched matmuls where those are
+faster) with an exact band mask; no n×n tensor is ever built.
 
 These are pure functions: an attention module calls `sliding_window_attention` for training and
 scoring, and `RollingKVCache` + `rolling_window_attention` (sliding_window_cache.py) for
@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.errors import InputError
-from formers.layers.attention import fused_kernel_is_faster
-from formers.layers.mask import mask_scores
+from formers.kernels.blocks import GlobalKeys, band_attention
 
 # Blocks of fewer queries pay the fused kernel's per-block overhead more than they save in band
 # work (benchmarks/sliding_window_kernel.py blocks: window 16 and 64 are fastest at 32).
@@ -44,15 +43,6 @@ class _Band(NamedTuple):
     scale: float
     dropout: float
     block_size: int | None
-
-
-class _GlobalKeys(NamedTuple):
-    """Global keys, with the first query index of the (sub)sequence that may see each."""
-
-    k: Tensor  # (B, H, G, K)
-    v: Tensor  # (B, H, G, K)
-    valid: Tensor  # (B, G) bool
-    first_query: Tensor | None  # (B, G) long; None: every query sees them
 
 
 def sliding_window_attention(
@@ -125,7 +115,7 @@ def sliding_window_attention(
             not_global = ~global_position_marks(global_positions, valid_g, length)  # (B, T)
             band_valid = not_global if key_valid is None else key_valid & not_global
         # Causal: query i sees a global key at position p from i = p on.
-        globals_ = _GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
+        globals_ = GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
 
     groups = _heads_by_dilation(dilations)
     if len(groups) == 1:
@@ -170,7 +160,7 @@ def _dilated_attention(
     v: Tensor,
     dilation: int,
     band_valid: Tensor | None,
-    globals_: _GlobalKeys | None,
+    globals_: GlobalKeys | None,
     band: _Band,
 ) -> Tensor:
     """One dilation for all the given heads: the undilated band on each residue class.
@@ -206,7 +196,7 @@ def _dilated_attention(
             first_query = torch.div(
                 first_query[:, None, :] - residue + d - 1, d, rounding_mode="floor"
             ).reshape(batch * d, -1)  # (B·d, G)
-        globals_ = _GlobalKeys(
+        globals_ = GlobalKeys(
             globals_.k.repeat_interleave(d, dim=0),  # (B·d, H, G, K)
             globals_.v.repeat_interleave(d, dim=0),
             globals_.valid.repeat_interleave(d, dim=0),  # (B·d, G)
@@ -224,117 +214,37 @@ def _blocked_band(
     k: Tensor,
     v: Tensor,
     key_valid: Tensor | None,
-    globals_: _GlobalKeys | None,
+    globals_: GlobalKeys | None,
     band: _Band,
 ) -> Tensor:
     """The undilated band: query i sees keys i − left … i + right (and the global keys).
 
-    Queries are cut into N blocks of Q. Block c holds queries cQ … cQ + Q − 1, whose band covers
-    keys cQ − left … cQ + Q − 1 + right: L = Q + left + right consecutive keys, gathered as one
-    strided window (`unfold`) over the keys padded by `left` and `right`. Inside a block pair
-    query a sees local key e iff 0 <= e − a <= left + right, the same mask for every block.
+    The blocked band kernel with the exact band: inside a block pair, query a sees local key e
+    iff 0 <= e − a <= left + right, the same pattern for every block.
     """
-    batch, heads, length, dim = q.shape
+    length = q.shape[2]
     left, right = band_reach(band.window, band.causal)
     # Distances past T − 1 reach no key: clamping them keeps short sequences from paying for
     # a long window.
     left, right = min(left, length - 1), min(right, length - 1)
     size = min(band.block_size or default_block_size(left + right), length)
-    n_blocks = -(-length // size)
-    padded = n_blocks * size
-    span = size + left + right
-
-    def query_blocks(x: Tensor) -> Tensor:
-        x = F.pad(x, (0, 0, 0, padded - length)).view(batch, heads, n_blocks, size, dim)
-        return x.transpose(1, 2).reshape(batch * n_blocks, heads, size, dim)  # (B·N, H, Q, K)
-
-    def key_blocks(x: Tensor) -> Tensor:
-        x = F.pad(x, (0, 0, left, padded - length + right))  # (B, H, left + N·Q + right, K)
-        x = x.unfold(2, span, size).permute(0, 2, 1, 4, 3)  # (B, N, H, L, K), overlapping
-        return x.reshape(batch * n_blocks, heads, span, dim)  # (B·N, H, L, K)
-
-    if key_valid is None:
-        key_valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)
-    valid = F.pad(key_valid, (left, padded - length + right), value=False)  # (B, left+N·Q+right)
-    valid = valid.unfold(1, span, size)  # (B, N, L)
-    local_key = torch.arange(span, device=q.device)
+    local_key = torch.arange(size + left + right, device=q.device)
     local_query = torch.arange(size, device=q.device)
     offset = local_key[None, :] - local_query[:, None]  # (Q, L): j − i + left
     in_band = (offset >= 0) & (offset <= left + right)  # (Q, L)
-    allowed = in_band & valid[:, :, None, :]  # (B, N, Q, L)
-
-    keys, values = key_blocks(k), key_blocks(v)
-    if globals_ is not None:
-        # §3.1: global keys join every block's keys, so band and global share one softmax.
-        n_global = globals_.k.shape[2]
-
-        def per_block(x: Tensor) -> Tensor:
-            x = x[:, None].expand(batch, n_blocks, heads, n_global, dim)
-            return x.reshape(batch * n_blocks, heads, n_global, dim)  # (B·N, H, G, K)
-
-        keys = torch.cat([keys, per_block(globals_.k)], dim=2)  # (B·N, H, L + G, K)
-        values = torch.cat([values, per_block(globals_.v)], dim=2)
-        sees_global = globals_.valid[:, None, None, :]  # (B, 1, 1, G)
-        if globals_.first_query is not None:
-            position = torch.arange(padded, device=q.device).view(1, n_blocks, size, 1)
-            sees_global = sees_global & (position >= globals_.first_query[:, None, None, :])
-        allowed = torch.cat(
-            [allowed, sees_global.expand(batch, n_blocks, size, n_global)], dim=-1
-        )  # (B, N, Q, L + G)
-
-    allowed = allowed.reshape(batch * n_blocks, 1, size, -1)  # (B·N, 1, Q, L + G)
-    out = attend_blocks(query_blocks(q), keys, values, allowed, band.scale, band.dropout)
-    out = out.view(batch, n_blocks, heads, size, dim).transpose(1, 2)  # (B, H, N, Q, K)
-    return out.reshape(batch, heads, padded, dim)[:, :, :length]  # (B, H, T, K)
-
-
-def attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """Eq. 1 on block pairs; a query that sees no key gets a zero output.
-
-    The fused kernel, except where two batched matmuls are faster (CPU bf16/fp16, the rule of
-    `formers.layers.attention`): forward+backward at 4,096 / 16,384 tokens, window 256, 8 heads
-    of 64, 2 threads, fused vs explicit: fp32 124 vs 158 / 487 vs 586 ms, bf16 139 vs 99 /
-    601 vs 388 ms (benchmarks/sliding_window_kernel.py kernels). The explicit path keeps the
-    (B·N, H, Q, L) weights for backward: 1.8x the memory, still O(T·window).
-
-    Args:
-        q: (B·N, H, Q, K) query blocks.
-        k: (B·N, H, L, K) the keys each block may see.
-        v: (B·N, H, L, K) their values.
-        allowed: (B·N, 1, Q, L) bool, True where query a may see key e.
-    """
-    if fused_kernel_is_faster(q, k):
-        return fused_attend_blocks(q, k, v, allowed, scale, dropout)
-    return explicit_attend_blocks(q, k, v, allowed, scale, dropout)
-
-
-def fused_attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """`attend_blocks` through `scaled_dot_product_attention`."""
-    has_key = allowed.any(-1, keepdim=True)  # (B·N, 1, Q, 1)
-    # A row with no visible key is NaN inside the kernel before torch 2.5 and on some backends
-    # (and poisons the gradients of the keys): let it see everything, then zero its output.
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=allowed | ~has_key, dropout_p=dropout, scale=scale
+    return band_attention(
+        q,
+        k,
+        v,
+        size=size,
+        left=left,
+        right=right,
+        in_block=in_band,
+        key_valid=key_valid,
+        global_keys=globals_,
+        scale=band.scale,
+        dropout=band.dropout,
     )
-    return out.masked_fill(~has_key, 0.0)
-
-
-def explicit_attend_blocks(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, dropout: float
-) -> Tensor:
-    """`attend_blocks` as scores, masked softmax, weights @ v."""
-    scores = (q * scale) @ k.transpose(-1, -2)  # (B·N, H, Q, L)
-    # mask_scores keeps masked scores finite (fp16 included), so a row that sees no key is an
-    # even spread over masked keys, not NaN, until it is zeroed.
-    weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
-    weights = weights.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
-    if dropout > 0:
-        weights = F.dropout(weights, dropout)
-    return weights @ v  # (B·N, H, Q, K)
 
 
 def global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:

@@ -28,8 +28,8 @@ Diff from vanilla:
     the generated length, plus the global tokens' keys and the K_g, V_g they need.
 Our choices:
   - `window` may differ per layer (the paper grows it with depth, §4.1) and `dilation` per head
-    (§4.1 dilates 2 heads of the upper layers); `global_tokens` are fixed positions (e.g. [0]),
-    and a mask's `global_tokens` adds per-row ones in a full pass (no formers model sets it yet);
+    (§4.1 dilates 2 heads of the upper layers); `global_tokens` are fixed positions (e.g. [0]
+    for a leading [CLS] token), the same in every row;
   - the global projections exist only when `global_tokens` is set (else no parameter would
     learn); a padding position is never global;
   - the causal language-model preset has no global tokens, like the paper's character LM (§4).
@@ -46,12 +46,16 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.kernels.attention import masked_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
-from formers.variants.longformer_config import LongformerConfig
-from formers.variants.sliding_window import attend_blocks, sliding_window_attention
-from formers.variants.sliding_window_cache import RollingKVCache, rolling_window_attention
+from formers.variants.longformer.config import LongformerConfig
+from formers.variants.longformer.sliding_window import sliding_window_attention
+from formers.variants.longformer.sliding_window_cache import (
+    RollingKVCache,
+    rolling_window_attention,
+)
 
 
 class LongformerCache(RollingKVCache):
@@ -196,10 +200,10 @@ class LongformerAttention(MultiHeadAttention):
         self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LongformerCache
     ) -> Tensor:
         """The next T positions of a causal sequence, against the rolling window (B, H, T, K)."""
-        if not mask.causal or mask.key_valid is not None or mask.global_tokens is not None:
+        if not mask.causal or mask.key_valid is not None:
             raise InputError(
-                "decoding with a cache continues a causal sequence without padding or per-row "
-                "global tokens: call the model without cache= for those"
+                "decoding with a cache continues a causal sequence without padding: call the "
+                "model without cache= for a padded batch"
             )
         batch, offset = q.shape[0], state.position
         state.keep_global_keys(k, v, offset)
@@ -271,7 +275,9 @@ class LongformerAttention(MultiHeadAttention):
         if mask.key_valid is not None:
             allowed = allowed & mask.key_valid[:, None, :end]
         dropout = self.dropout if self.training else 0.0
-        heads = attend_blocks(q_g, k_g, v_g, allowed[:, None], self.scale, dropout)  # (B,H,G,K)
+        heads = masked_attention(
+            q_g, k_g, v_g, allowed[:, None], scale=self.scale, dropout=dropout
+        )  # (B, H, G, K)
         new_rows = self.out_proj(heads.transpose(1, 2).reshape(batch, -1, d))  # (B, G, D)
         # scatter the rows into place; the other slots write a spare row T, dropped after
         target = torch.where(asks, rows, length)[..., None].expand(-1, -1, d)  # (B, G, D)
@@ -280,36 +286,16 @@ class LongformerAttention(MultiHeadAttention):
     def global_positions(
         self, mask: AttentionMask, batch: int, length: int, device: torch.device
     ) -> tuple[Tensor, Tensor] | None:
-        """The global tokens among positions 0 … length−1: (B, G) long positions and (B, G)
-        bool validity (False at padding and at the slots of rows with fewer of them); None
-        when there are none."""
+        """The global tokens (`global_tokens`) among positions 0 … length−1: (B, G) long
+        positions and (B, G) bool validity (False at padding); None when there are none."""
         static = [p for p in self.global_tokens if p < length]
-        key_valid = mask.key_valid
-        if mask.global_tokens is None:
-            if not static:
-                return None
-            positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
-            valid = torch.ones(positions.shape, dtype=torch.bool, device=device)
-            if key_valid is not None:
-                valid = key_valid.gather(1, positions)
-            return positions, valid
-        if self.global_qkv_proj is None:
-            raise InputError(
-                "the mask marks global tokens, but this Longformer layer has no global "
-                "projections: set attention.global_tokens (e.g. [0]) to give it Q_g, K_g, V_g"
-            )
-        marks = mask.global_tokens.clone()  # (B, T)
-        marks[:, static] = True
-        if key_valid is not None:
-            marks &= key_valid
-        counts = marks.sum(1)  # (B,)
-        n_global = int(counts.max())
-        if n_global == 0:
+        if not static:
             return None
-        # the marked positions first, in order: a stable sort of "not marked"
-        positions = torch.sort((~marks).to(torch.int8), dim=1, stable=True).indices
-        valid = torch.arange(n_global, device=device)[None, :] < counts[:, None]
-        return positions[:, :n_global], valid
+        positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
+        valid = torch.ones(positions.shape, dtype=torch.bool, device=device)
+        if mask.key_valid is not None:
+            valid = mask.key_valid.gather(1, positions)
+        return positions, valid
 
     # --- cost model (formers bench) ---------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""The options of Longformer attention (formers/variants/longformer.py): the window, per
+"""The options of Longformer attention (formers/variants/longformer/attention.py): the window, per
 layer; the dilation, per head; the global token positions.
 """
 

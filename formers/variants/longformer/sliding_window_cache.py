@@ -17,9 +17,9 @@ import torch
 from torch import Tensor
 
 from formers.errors import InputError
+from formers.kernels.attention import masked_attention
 from formers.layers.cache import LayerState
-from formers.variants.sliding_window import (
-    attend_blocks,
+from formers.variants.longformer.sliding_window import (
     check_window,
     global_position_marks,
     head_dilations,
@@ -146,12 +146,11 @@ def rolling_window_attention(
 
     # One query per (batch, head, position): a batch of 1 × (W + G) attention problems.
     width = keys.shape[3]
-    out = attend_blocks(
+    out = masked_attention(
         q.reshape(-1, 1, 1, dim),  # (B·H·n, 1, 1, K)
         keys.reshape(-1, 1, width, dim),  # (B·H·n, 1, W + G, K)
         values.reshape(-1, 1, width, dim),
         allowed.reshape(-1, 1, 1, width),
-        scale,
-        0.0,
+        scale=scale,
     )
     return out.view(batch, heads, new, dim)
