@@ -455,7 +455,7 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
         final = {"final": True} if bar is None else {}
         run.log.log("valid", run.state.step, **valid.as_dict(), seconds=run.seconds, **final)
     if bar is not None:
-        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=bar.fp)
+        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=StderrOrNothing())
     return valid
 
 

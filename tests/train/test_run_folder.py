@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import time
 
 import pytest
+import torch
 from helpers import run_formers
 
 from formers.errors import FormersError
@@ -140,23 +142,32 @@ def test_a_closed_stderr_does_not_cost_the_interrupt_save(tmp_path, corpus, monk
     # `formers train ... 2>&1 | tee log`: the Ctrl-C that asks for the save also ends tee
     original_log = MetricsLog.log
 
-    class ClosedPipe:
+    class Pipe:
+        """stderr as a pipe whose reader goes away."""
+
+        closed_by_reader = False
+
         def write(self, text):
-            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+            if self.closed_by_reader:
+                raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+            return len(text)
 
         def flush(self):
-            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+            self.write("")
 
         def fileno(self):
-            raise OSError(errno.EBADF, "closed")
+            raise OSError(errno.EBADF, "not a real file")
 
-    def ctrl_c_and_stderr_gone_at_step_2(self, kind, step, **values):
+    pipe = Pipe()
+    monkeypatch.setattr(sys, "stderr", pipe)
+
+    def ctrl_c_and_reader_gone_at_step_2(self, kind, step, **values):
         original_log(self, kind, step, **values)
         if kind == "train" and step == 2:
-            monkeypatch.setattr(sys, "stderr", ClosedPipe())
+            pipe.closed_by_reader = True
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(MetricsLog, "log", ctrl_c_and_stderr_gone_at_step_2)
+    monkeypatch.setattr(MetricsLog, "log", ctrl_c_and_reader_gone_at_step_2)
     run = tmp_path / "run"
     stopped = trainer.train(tiny(corpus, max_steps=8, eval_every=1), run, progress=True)
     assert stopped.interrupted and load_checkpoint(run).state.step == 2
@@ -236,7 +247,7 @@ def test_a_divergence_right_after_resuming_names_the_last_finite_loss(
     run = tmp_path / "run"
     trainer.train(tiny(corpus, max_steps=4, save_every=4), run, progress=False)
     last = read_metrics(run, "train")[-1]
-    monkeypatch.setattr(trainer, "compute_gradients", lambda run: (float("inf"), *[None] * 2))
+    monkeypatch.setattr(trainer, "compute_gradients", lambda run: (math.inf, torch.ones(()), 0))
     result = trainer.train(tiny(corpus, max_steps=6, save_every=4), run, resume=True)
     divergence = result.divergence
     assert (divergence.step, divergence.last_finite_step) == (5, 4)
