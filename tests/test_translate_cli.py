@@ -131,7 +131,7 @@ def test_average_writes_a_run_that_eval_and_translate_read(trained, capsys):
     code, out, _ = formers(capsys, "eval", averaged, "--split", "valid", "--beam", "1")
     assert code == 0 and json.loads(out)["step"] == 6
     code, _, err = formers(capsys, "average", run, "--last", "4")
-    assert code == 2 and "fewer than --last 4" in err
+    assert code == 2 and "fewer than the last 4 asked for" in err
 
 
 def test_translate_reads_stdin_and_keeps_blank_lines(trained):

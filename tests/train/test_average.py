@@ -64,7 +64,7 @@ def test_too_few_checkpoints_names_the_fix(tmp_path):
     write_run(tmp_path / "run", 2)
     with pytest.raises(
         FormersError,
-        match=r"holds 2 checkpoint\(s\), fewer than --last 5.*"
+        match=r"holds 2 checkpoint\(s\), fewer than the last 5 asked for.*"
         r"keep_checkpoints 5",
     ):
         average_checkpoints(tmp_path / "run", last=5)

@@ -27,7 +27,7 @@ RUN_FILES = ("config.json", "tokenizer.json")
 def last_checkpoints(run_dir: str | Path, last: int) -> list[Path]:
     """The newest `last` complete checkpoints of a run, oldest first."""
     if last < 1:
-        raise FormersError(f"--last {last}: average at least 1 checkpoint")
+        raise FormersError(f"average at least 1 checkpoint, not {last}")
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FormersError(f"{run_dir} does not exist: give the folder of a trained run")
@@ -39,9 +39,9 @@ def last_checkpoints(run_dir: str | Path, last: int) -> list[Path]:
     found = step_dirs(run_dir / CHECKPOINTS_DIR)
     if len(found) < last:
         raise FormersError(
-            f"{run_dir} holds {len(found)} checkpoint(s), fewer than --last {last}: average "
-            f"fewer, or train with --train.keep_checkpoints {last} (and a save_every that "
-            "writes that many)"
+            f"{run_dir} holds {len(found)} checkpoint(s), fewer than the last {last} asked for: "
+            f"average fewer, or train with train.keep_checkpoints {last} (and a save_every "
+            "that writes that many)"
         )
     return found[-last:]
 
