@@ -95,7 +95,7 @@ class FFNConfig:
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         """Raise ConfigError if this feed-forward cannot serve `model`. Variants extend this."""
-        _check_choice("ffn.activation", self.activation, ACTIVATIONS)
+        choice("ffn.activation", self.activation, ACTIVATIONS)
 
     def fallback(self) -> FFNConfig:
         """What the layers that `layers` leaves out use: the dense network, same activation."""
@@ -238,12 +238,12 @@ class ModelConfig:
             if getattr(self, name) is not None:
                 check_finite(getattr(self, name), prefix=f"{name}.")
         object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))
-        _check_choice("arch", self.arch, ARCHS)
+        choice("arch", self.arch, ARCHS)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
-            _check_positive(name, getattr(self, name))
+            positive(name, getattr(self, name))
         for name in ("tgt_vocab_size", "n_encoder_layers"):
             if getattr(self, name) is not None:
-                _check_positive(name, getattr(self, name))
+                positive(name, getattr(self, name))
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
@@ -269,9 +269,9 @@ class ModelConfig:
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ConfigError(f"{name}={value} must be in [0, 1)")
-        _check_choice("norm", self.norm, NORMS)
-        _check_choice("embed_init", self.embed_init, EMBED_INITS)
-        _check_choice("position", self.position, POSITIONS)
+        choice("norm", self.norm, NORMS)
+        choice("embed_init", self.embed_init, EMBED_INITS)
+        choice("position", self.position, POSITIONS)
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(
                 f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size}): "
@@ -441,12 +441,14 @@ def check_finite(cfg: Any, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{item.name}={value} must be a finite number")
 
 
-def _check_positive(name: str, value: Any) -> None:
+def positive(name: str, value: Any) -> None:
+    """Refuse anything but a positive integer, naming the option as the user wrote it."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{name}={value!r} must be a positive integer")
 
 
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Refuse a value outside `choices`, naming the option and listing what it accepts."""
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}")
 
