@@ -347,7 +347,7 @@ def state_bytes(cache: Any) -> int:
     """Bytes of the tensors every layer's decoding state holds (buffers at their capacity)."""
     total = 0
     for state in cache.layers:
-        for value in vars(state).values():
+        for value in vars(state.attn).values():
             if isinstance(value, Tensor):
                 total += value.untyped_storage().nbytes()
     return total

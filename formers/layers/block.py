@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.layers.attention import NO_MASK, MultiHeadAttention
-from formers.layers.cache import LayerState
+from formers.layers.cache import BlockState, block_parts
 from formers.layers.mask import AttentionMask
 
 
@@ -90,15 +90,15 @@ class Block(nn.Module):
         self.attn, self.ffn = attn, ffn
         self.attn_res, self.ffn_res = residual(cfg), residual(cfg)
 
-    def new_state(self) -> LayerState | None:
-        """This layer's empty decoding state: its attention's."""
-        return self.attn.new_state()
+    def new_state(self) -> BlockState:
+        """This layer's empty decoding state: its attention's and its feed-forward network's."""
+        return BlockState(self.attn.new_state(), self.ffn.new_state())
 
     def forward(
         self,
         x: Tensor,
         mask: AttentionMask = NO_MASK,
-        state: LayerState | None = None,
+        state: BlockState | None = None,
         valid: Tensor | None = None,
     ) -> Tensor:
         """(B, T, D) -> (B, T, D).
@@ -106,12 +106,13 @@ class Block(nn.Module):
         Args:
             x: (B, T, D) the layer's input.
             mask: which keys each position may attend to.
-            state: the layer's decoding state (`new_state()`), read and extended in place; the
-                feed-forward network gets it too, for networks that remember earlier positions.
+            state: the layer's decoding state (`new_state()`); each module reads and extends
+                its own part in place.
             valid: (B, T) bool, False at padding positions (for the feed-forward network).
         """
-        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
-        return self.ffn_res(x, lambda h: self.ffn(h, valid, state))
+        attn_state, ffn_state = block_parts(state)
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=attn_state))
+        return self.ffn_res(x, lambda h: self.ffn(h, valid, ffn_state))
 
 
 class DecoderBlock(nn.Module):
@@ -128,9 +129,10 @@ class DecoderBlock(nn.Module):
         self.attn, self.cross_attn, self.ffn = attn, cross_attn, ffn
         self.attn_res, self.cross_res, self.ffn_res = residual(cfg), residual(cfg), residual(cfg)
 
-    def new_state(self) -> LayerState | None:
-        """This layer's empty decoding state: its self-attention's."""
-        return self.attn.new_state()
+    def new_state(self) -> BlockState:
+        """This layer's empty decoding state: its self-attention's and feed-forward network's
+        (the cross-attention reads the fixed encoder output and keeps none)."""
+        return BlockState(self.attn.new_state(), self.ffn.new_state())
 
     def forward(
         self,
@@ -138,10 +140,11 @@ class DecoderBlock(nn.Module):
         context: Tensor,
         mask: AttentionMask = NO_MASK,
         context_mask: AttentionMask = NO_MASK,
-        state: LayerState | None = None,
+        state: BlockState | None = None,
         valid: Tensor | None = None,
     ) -> Tensor:
         """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
-        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
+        attn_state, ffn_state = block_parts(state)
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=attn_state))
         x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
-        return self.ffn_res(x, lambda h: self.ffn(h, valid, state))
+        return self.ffn_res(x, lambda h: self.ffn(h, valid, ffn_state))

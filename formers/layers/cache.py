@@ -1,10 +1,12 @@
 """What layers keep from one call to the next: the state protocol and the key/value cache.
 
-Every attention kind makes its own per-layer state (`MultiHeadAttention.new_state`): a growing
-key/value cache here, a rolling window, a convolution tail, cluster assignments or a segment
-memory in the variants. A model's `Cache` is just the list of its layers' states plus the number
-of positions they hold, so generation, beam search, evaluation and the trainer carry it without
-knowing which variant made it.
+Every module that remembers earlier positions makes its own state (`new_state()`): an attention
+kind a growing key/value cache here, a rolling window, a convolution tail, cluster assignments or
+a segment memory in the variants; a feed-forward network that shares capacity between tokens
+its counts of them. A layer's state is a `BlockState` with one part per module, and a model's
+`Cache` is just the list of its layers' states plus the number of positions they hold, so
+generation, beam search, evaluation and the trainer carry it without knowing which variant made
+it.
 
 Shapes: B batch, H heads, S cached length, K head dim, D model width.
 """
@@ -32,16 +34,51 @@ class LayerState:
     bounded: ClassVar[bool] = False
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` of every tensor this state holds (and of dicts of them)."""
+        """Keep batch rows `index` of every tensor attribute; a state that holds its tensors
+        otherwise (in a dict, say) extends this."""
         for name, value in vars(self).items():
             if isinstance(value, Tensor):
                 setattr(self, name, value[index])
-            elif isinstance(value, dict):
-                setattr(self, name, {key: t[index] for key, t in value.items()})
 
     def carried(self) -> Tensor | None:
         """The tensor this layer carries to the next segment (`out.memory`), or None."""
         return None
+
+
+class BlockState(LayerState):
+    """One layer's decoding state, a part per module that keeps one, each read and extended in
+    place by its own module only.
+
+    Args:
+        attn: the self-attention's state (`attn.new_state()`), or None.
+        ffn: the feed-forward network's state (`ffn.new_state()`), or None.
+    """
+
+    def __init__(self, attn: LayerState | None = None, ffn: LayerState | None = None) -> None:
+        self.attn, self.ffn = attn, ffn
+
+    @property
+    def bounded(self) -> bool:  # type: ignore[override]
+        """Whether the attention keeps a bounded window and the feed-forward part, if any, a
+        bounded state too."""
+        if self.attn is None or not self.attn.bounded:
+            return False
+        return self.ffn is None or self.ffn.bounded
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` of each part."""
+        for part in (self.attn, self.ffn):
+            if part is not None:
+                part.reorder(index)
+
+    def carried(self) -> Tensor | None:
+        """What the attention part carries to the next segment (a recurrent memory), or None."""
+        return self.attn.carried() if self.attn is not None else None
+
+
+def block_parts(state: BlockState | None) -> tuple[LayerState | None, LayerState | None]:
+    """The attention's and the feed-forward network's parts of `state`; (None, None) for none."""
+    return (state.attn, state.ffn) if state is not None else (None, None)
 
 
 class KVCache(LayerState):

@@ -58,11 +58,15 @@ class FeedForward(nn.Module):
         """Build one layer's network from the model config and that layer's options."""
         return cls(cfg.d_model, cfg.d_ff, options.activation, cfg.ffn_dropout, options.bias)
 
+    def new_state(self) -> LayerState | None:
+        """None: each position is computed alone, so decoding needs nothing from earlier ones.
+        A network that shares capacity between tokens returns what it must remember of them."""
+        return None
+
     def forward(
         self, x: Tensor, valid: Tensor | None = None, state: LayerState | None = None
     ) -> Tensor:
-        """(B, T, D) -> (B, T, D). Networks that share capacity between tokens (Switch) read
-        `valid` (B, T), False at padding, and, when decoding, keep what they must remember of
-        earlier positions on the layer's decoding state `state` (tensors under names of their
-        own, so `LayerState.reorder` keeps them aligned); both are ignored here."""
+        """(B, T, D) -> (B, T, D). Networks that share capacity between tokens (experts) read
+        `valid` (B, T), False at padding, and, when decoding, their own `new_state()` as
+        `state`, extended in place; both are ignored here."""
         return self.down(self.dropout(self.activation(self.up(x))))  # (B, T, F) inside

@@ -72,7 +72,7 @@ class EncoderDecoder(nn.Module):
         return self.decoder_norm(x)
 
     def new_cache(self) -> Cache:
-        """An empty decoding state (the decoder's self-attention) for incremental decoding."""
+        """An empty decoding state (each decoder layer's own) for incremental decoding."""
         return Cache([layer.new_state() for layer in self.decoder])
 
     def forward(

@@ -126,6 +126,11 @@ class DConvCache(KVCache):
         super().__init__()
         self.tails: dict[str, Tensor] = {}  # "q" | "k" | "v" -> (B, H, ≤ k−1, K)
 
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` of the keys, values and tails."""
+        super().reorder(index)
+        self.tails = {name: tail[index] for name, tail in self.tails.items()}
+
 
 class MultiDConvHeadAttention(MultiHeadAttention):
     """Multi-head attention whose q, k and v each pass through a `DepthwiseCausalConv`.

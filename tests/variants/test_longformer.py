@@ -207,13 +207,13 @@ def test_cached_logits_equal_the_full_pass_and_the_cache_stays_small():
     sizes = []
     for t in range(7, 36):
         pieces.append(model(tokens[:, t : t + 1], cache=cache).logits)
-        sizes.append([state.keys.shape[2] for state in cache.layers])
+        sizes.append([state.attn.keys.shape[2] for state in cache.layers])
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-5, atol=1e-5)
-    spans = [state.span for state in cache.layers]
+    spans = [state.attn.span for state in cache.layers]
     assert spans == [(3 - 1) * 3 + 1, (4 - 1) * 3 + 1]
     assert sizes[-1] == spans and max(max(s) for s in sizes) <= max(spans)
     for state in cache.layers:  # K_g, V_g kept up to the last global position only
-        assert state.global_context_keys.shape[2] == 4
+        assert state.attn.global_context_keys.shape[2] == 4
 
 
 def test_beam_reordering_keeps_the_right_rows():

@@ -141,7 +141,7 @@ def test_cached_decoding_equals_full_pass(kernel_size):
     chunks = [(0, 1), (1, 2), (2, 6), (6, 7), (7, 8), (8, 13)]
     steps = [model(tokens[:, a:b], cache=cache).logits for a, b in chunks]
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
-    state = cache.layers[0].tails
+    state = cache.layers[0].attn.tails
     assert sorted(state) == ["k", "q", "v"]
     assert state["q"].shape == (2, 4, kernel_size - 1, 8)
 
@@ -154,7 +154,7 @@ def test_cached_decoding_needs_the_conv_state():
     cache = model.new_cache()
     model(tokens[:, :8], cache=cache)
     for layer in cache.layers:
-        layer.tails.clear()  # forget the pre-conv projections: the step sees zeros instead
+        layer.attn.tails.clear()  # forget the pre-conv projections: the step sees zeros instead
     last = model(tokens[:, 8:], cache=cache).logits
     assert not torch.allclose(last, full[:, 8:], atol=1e-3)
 

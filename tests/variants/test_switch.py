@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 import formers
-from formers.layers.cache import KVCache
 from formers.layers.feedforward import ACTIVATION, FeedForward
 from formers.variants.switch import SwitchFeedForward, assign_slots, expert_capacity
 from formers.variants.switch.dispatch import static_bound
@@ -203,20 +202,19 @@ def test_evaluation_judges_each_token_by_its_prefix():
 
 @pytest.mark.parametrize("training", [True, False])
 def test_decoding_state_continues_the_queues(training):
-    """Feeding a sequence in chunks with one decoding state equals one pass (evaluation), and
-    the per-row counts kept on the state follow `reorder` (beam search)."""
+    """Feeding a sequence in chunks with the layer's own decoding state equals one pass
+    (evaluation), and the per-row counts kept in it follow `reorder` (beam search)."""
     layer = make_layer(4, capacity_factor=0.5, eval_capacity_factor=0.5).train(training)
     x = torch.randn(3, 12, D, dtype=torch.float64)
-    state = KVCache()
+    state = layer.new_state()
     chunks = [layer(x[:, a:b], state=state) for a, b in ((0, 5), (5, 6), (6, 12))]
     if not training:
         torch.testing.assert_close(torch.cat(chunks, 1), layer(x), rtol=0, atol=0)
-    history = state.switch_routing
-    assert history["tokens"].tolist() == [12, 12, 12]
+    assert state.tokens.tolist() == [12, 12, 12]
     routed = F.one_hot(torch.softmax(x @ layer.router.T, -1).argmax(-1), 4).sum(1)
-    assert torch.equal(history["routed"], routed)
+    assert torch.equal(state.routed, routed)
     state.reorder(torch.tensor([2, 0]))
-    assert torch.equal(state.switch_routing["routed"], routed[[2, 0]])
+    assert torch.equal(state.routed, routed[[2, 0]]) and state.tokens.tolist() == [12, 12]
 
 
 def test_padding_takes_no_room_and_no_share_of_the_losses():

@@ -89,6 +89,28 @@ def test_cached_decoding_equals_the_full_pass_with_the_capacity_binding():
     assert torch.equal(cached, generate(model, prompt, 16, temperature=0, use_cache=False))
 
 
+def test_each_module_keeps_its_own_part_of_a_layers_decoding_state():
+    """With Transformer-XL attention a layer's state holds the memory as the attention's part
+    and the Switch network's expert counts as its own; both follow a reordered batch, and
+    cached decoding equals the full pass while the capacity binds."""
+    torch.manual_seed(0)
+    options = {"attention.mem_len": 16, "ffn.kind": "switch", "ffn.layers": "all"}
+    options |= {"ffn.n_experts": 4, "ffn.eval_capacity_factor": 0.5}
+    model = formers.build(tiny_config("transformer-xl", tie_embeddings=False, **options)).eval()
+    tokens, index = random_tokens(3, 14, V), torch.tensor([2, 0, 0])
+    full = model(tokens[index])
+    assert dropped(full) > 0.2
+    cache = model.new_cache()
+    model(tokens[:, :8], cache=cache)
+    cache.reorder(index)  # as beam search does
+    steps = [model(tokens[index, t : t + 1], cache=cache).logits for t in range(8, 14)]
+    torch.testing.assert_close(torch.cat(steps, 1), full.logits[:, 8:], rtol=1e-5, atol=1e-5)
+    for state in cache.layers:
+        assert state.attn.memory.shape[:2] == (3, 14)
+        assert state.ffn.tokens.tolist() == [14, 14, 14]
+        assert torch.equal(state.ffn.routed.sum(1), state.ffn.tokens)
+
+
 DECODER_ATTENTION = sorted(
     name
     for name, factory in formers.PRESETS.items()

@@ -278,7 +278,7 @@ def test_generation_feeds_one_token_per_step_with_memory():
     original = model.forward
 
     def spy(tokens, targets=None, *, memory=None, cache=None):
-        held = None if cache is None else cache.layers[0].memory  # the decoding state: memory
+        held = None if cache is None else cache.layers[0].attn.memory  # the decoding state: memory
         calls.append((tokens.shape[1], 0 if held is None else held.shape[1]))
         return original(tokens, targets, memory=memory, cache=cache)
 

@@ -19,8 +19,8 @@ Diff from vanilla:
 Our choices:
   - capacity groups are the rows of the batch, priority by position (`routing.py`): a causal
     LM stays causal, and rows never compete; evaluation judges token t by its own prefix, so
-    cached decoding keeps per-row expert counts on the layer's decoding state and agrees with
-    a full pass exactly;
+    cached decoding keeps per-row expert counts in the network's own decoding state
+    (`ExpertCounts`) and agrees with a full pass exactly;
   - padding (`valid` False) is not routed and counts in neither capacity nor losses;
   - the load-balancing loss of each layer is added as is (α each): the model sums over layers,
     as the paper's code does (so its size grows with the number of Switch layers);
@@ -52,9 +52,16 @@ from formers.variants.switch.routing import (
     z_loss,
 )
 
-# what cached decoding keeps on the layer's decoding state: per row, the tokens each expert was
-# chosen by (B, E) and the tokens routed (B,); a dict of tensors, so `reorder` keeps it aligned
-HISTORY = "switch_routing"
+
+class ExpertCounts(LayerState):
+    """What cached decoding keeps of the tokens before: per row, how many chose each expert
+    (B, E) and how many were routed (B,); None before the first call. Its size is fixed."""
+
+    bounded = True
+
+    def __init__(self) -> None:
+        self.routed: Tensor | None = None  # (B, E)
+        self.tokens: Tensor | None = None  # (B,)
 
 
 class SwitchFeedForward(Reports, nn.Module):
@@ -124,21 +131,25 @@ class SwitchFeedForward(Reports, nn.Module):
             std = math.sqrt(scale / fan_in)
             nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
 
+    def new_state(self) -> ExpertCounts:
+        """Empty expert counts, for cached decoding."""
+        return ExpertCounts()
+
     def matmul_params_per_token(self) -> int:
         """Parameters one token multiplies: the router and one expert (for FLOP counts)."""
         experts = sum(p.numel() for p in self.experts.parameters())
         return self.router.numel() + experts // self.n_experts
 
     def forward(
-        self, x: Tensor, valid: Tensor | None = None, state: LayerState | None = None
+        self, x: Tensor, valid: Tensor | None = None, state: ExpertCounts | None = None
     ) -> Tensor:
         """(B, T, D) -> (B, T, D), zero for padding and for tokens no expert took.
 
         Args:
             x: (B, T, D) the layer's input.
             valid: (B, T) bool, False at padding; None: no padding.
-            state: the layer's decoding state when decoding (the expert counts of the tokens
-                before x are kept on it); None for a pass over whole sequences.
+            state: this network's `new_state()` when decoding (the expert counts of the tokens
+                before x, extended in place); None for a pass over whole sequences.
         """
         batch, length, d_model = x.shape
         x_ND = x.reshape(-1, d_model)
@@ -165,14 +176,14 @@ class SwitchFeedForward(Reports, nn.Module):
         return out_ND.view(batch, length, d_model)
 
     def within_capacity(
-        self, routed_NE: Tensor, expert_N: Tensor, valid_BT: Tensor, state: LayerState | None
+        self, routed_NE: Tensor, expert_N: Tensor, valid_BT: Tensor, state: ExpertCounts | None
     ) -> Tensor:
         """(B, T) bool: whether each token's expert has room for it (see `routing.py`)."""
         batch, length = valid_BT.shape
         routed_BTE = routed_NE.view(batch, length, self.n_experts)
-        history = getattr(state, HISTORY, None) if state is not None else None
-        before_BE = history["routed"] if history else None
-        seen_B1 = history["tokens"][:, None] if history else 0
+        history = state if state is not None and state.tokens is not None else None
+        before_BE = history.routed if history is not None else None
+        seen_B1 = history.tokens[:, None] if history is not None else 0
         queue_BT = queue_positions(routed_BTE, expert_N.view(batch, length), before_BE)
         if self.training:  # the row is the group (Eq. 3)
             group = seen_B1 + valid_BT.sum(1, keepdim=True)  # (B, 1)
@@ -183,9 +194,9 @@ class SwitchFeedForward(Reports, nn.Module):
         if state is not None:
             routed_BE = routed_BTE.sum(1)
             tokens_B = valid_BT.sum(1)
-            if history:
-                routed_BE, tokens_B = routed_BE + history["routed"], tokens_B + history["tokens"]
-            setattr(state, HISTORY, {"routed": routed_BE, "tokens": tokens_B})
+            if history is not None:
+                routed_BE, tokens_B = routed_BE + history.routed, tokens_B + history.tokens
+            state.routed, state.tokens = routed_BE, tokens_B
         return valid_BT & (queue_BT < capacity)
 
     def run_experts(self, x_ND: Tensor, slots: Slots) -> Tensor:

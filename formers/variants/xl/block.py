@@ -31,7 +31,7 @@ from torch import Tensor
 from formers.errors import InputError
 from formers.layers.attention import NO_MASK
 from formers.layers.block import Block
-from formers.layers.cache import LayerState
+from formers.layers.cache import BlockState, LayerState
 from formers.layers.mask import AttentionMask
 from formers.variants.xl.mask import xl_mask
 
@@ -82,22 +82,24 @@ class XLBlock(Block):
 
     recurrent = True
 
-    def new_state(self, memory: Tensor | None = None) -> XLMemory:
-        """An `XLMemory` of the attention's mem_len, starting from `memory` (or empty)."""
-        return XLMemory(self.attn.mem_len, memory)
+    def new_state(self, memory: Tensor | None = None) -> BlockState:
+        """An `XLMemory` of the attention's mem_len, starting from `memory` (or empty), as the
+        attention's part; the feed-forward network's own state beside it."""
+        return BlockState(XLMemory(self.attn.mem_len, memory), self.ffn.new_state())
 
     def forward(
         self,
         x: Tensor,
         mask: AttentionMask = NO_MASK,
-        state: LayerState | None = None,
+        state: BlockState | None = None,
         valid: Tensor | None = None,
     ) -> Tensor:
-        """x (B, T, D) with the memory in `state` (updated in place) -> (B, T, D).
+        """x (B, T, D) with the memory in `state.attn` (updated in place) -> (B, T, D).
 
         `mask` is the stack's causal mask; this layer builds its own over memory and segment.
         """
-        memory = state if state is not None else self.new_state()
+        state = state if state is not None else self.new_state()
+        memory = state.attn
         past = memory.past(x)  # (B, M, D)
         window = self.attn.mem_len if self.attn.same_length else None
         allowed = xl_mask(x.shape[1], past.shape[1], window, x.device)
@@ -107,6 +109,6 @@ class XLBlock(Block):
             return self.attn(h, context=context, mask=allowed)
 
         out = self.attn_res(x, attend)
-        out = self.ffn_res(out, lambda h: self.ffn(h, valid, memory))
+        out = self.ffn_res(out, lambda h: self.ffn(h, valid, state.ffn))
         memory.remember(x)
         return out
