@@ -39,7 +39,7 @@ from formers.bench.timing import interleaved
 from formers.cpu_allocator import keep_freed_memory
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
-from formers.variants.linformer import LinformerAttention
+from formers.variants.linformer import LinformerAttention, LinformerConfig
 
 D_MODEL, HEADS = 512, 8
 
@@ -70,7 +70,7 @@ def formers_full(n_max: int) -> tuple[nn.Module, Callable]:
 
 
 def formers_linformer(k: int, n_max: int) -> tuple[nn.Module, Callable]:
-    return LinformerAttention(D_MODEL, HEADS, max_len=n_max, proj_len=k), _plain
+    return LinformerAttention(D_MODEL, HEADS, n_max, LinformerConfig(proj_len=k)), _plain
 
 
 def lucidrains_linformer(k: int, n_max: int) -> tuple[nn.Module, Callable]:

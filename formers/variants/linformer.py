@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from formers.config import AttentionConfig, ModelConfig
+from formers.config import AttentionConfig, ModelConfig, choice, positive
 from formers.errors import ConfigError, InputError
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
@@ -76,16 +76,10 @@ class LinformerConfig(AttentionConfig):
                 "encoder (arch='encoder', preset 'linformer', or encoder_attention="
                 "{'kind': 'linformer'} of an encoder-decoder), and a causal kind in a decoder"
             )
-        for name in ("proj_len", "max_len"):
-            value = getattr(self, name)
-            if value is None and name == "max_len":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"attention.{name}={value!r} must be a positive integer")
-        if self.sharing not in SHARING:
-            raise ConfigError(
-                f"attention.sharing={self.sharing!r} is not one of {', '.join(map(repr, SHARING))}"
-            )
+        positive("attention.proj_len", self.proj_len)
+        if self.max_len is not None:
+            positive("attention.max_len", self.max_len)
+        choice("attention.sharing", self.sharing, SHARING)
         if self.proj_len > self.seq_len(model):
             raise ConfigError(
                 f"attention.proj_len={self.proj_len} is longer than the {self.seq_len(model)} "
@@ -118,11 +112,9 @@ class LinformerAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        max_len: n_max, the longest input.
-        proj_len: k, the compressed length.
-        sharing: one of SHARING (see `LinformerConfig`).
+        max_len: n_max, the longest input (`options.seq_len(cfg)`).
+        options: the layer's `LinformerConfig`, kept as `self.options`.
         dropout: dropout on the attention weights.
-        bias: biases on the projections.
     """
 
     config_class = LinformerConfig
@@ -132,13 +124,12 @@ class LinformerAttention(MultiHeadAttention):
         d_model: int,
         n_heads: int,
         max_len: int,
-        proj_len: int = 128,
-        sharing: str = "headwise",
+        options: LinformerConfig,
         dropout: float = 0.0,
-        bias: bool = True,
     ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.max_len, self.proj_len, self.sharing = max_len, proj_len, sharing
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.max_len, self.options = max_len, options
+        proj_len, sharing = options.proj_len, options.sharing
         copies = n_heads if sharing == "none" else 1
         self.e_proj = nn.Parameter(torch.randn(copies, max_len, proj_len) / math.sqrt(max_len))
         self.f_proj = None  # kv and layerwise sharing: F = E
@@ -148,15 +139,7 @@ class LinformerAttention(MultiHeadAttention):
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: LinformerConfig) -> LinformerAttention:
         """Build from a model config and a layer's `LinformerConfig`."""
-        return cls(
-            cfg.d_model,
-            cfg.n_heads,
-            options.seq_len(cfg),
-            options.proj_len,
-            options.sharing,
-            cfg.attn_dropout,
-            options.bias,
-        )
+        return cls(cfg.d_model, cfg.n_heads, options.seq_len(cfg), options, cfg.attn_dropout)
 
     @classmethod
     def tie_layers(cls, layers: list[MultiHeadAttention], options: AttentionConfig) -> None:
@@ -202,12 +185,14 @@ class LinformerAttention(MultiHeadAttention):
 
     def keys_per_query(self, seq_len: int) -> int:
         """Each query is scored against the k compressed keys, whatever the length."""
-        return self.proj_len
+        return self.options.proj_len
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """q·kᵀ and the weighted sum over k keys (4·k·D), plus each token's share of the
         compressions Eᵀ K and Fᵀ V (2 FLOPs · k · D each)."""
-        return super().score_flops_per_token(seq_len) + 2.0 * 2 * self.proj_len * self.d_model
+        return (
+            super().score_flops_per_token(seq_len) + 2.0 * 2 * self.options.proj_len * self.d_model
+        )
 
     def per_segment_parameters(self) -> list[nn.Parameter]:
         """E and F: each token meets k of their entries per channel, counted in

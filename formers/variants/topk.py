@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from formers.config import AttentionConfig, ModelConfig
-from formers.errors import ConfigError
+from formers.config import AttentionConfig, ModelConfig, positive
 from formers.kernels.attention import mask_scores
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
 from formers.layers.mask import AttentionMask
@@ -52,12 +51,7 @@ class TopKConfig(AttentionConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        k = self.top_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(
-                f"attention.top_k={k!r} must be a positive integer: the keys each query keeps "
-                "(8 in the paper)"
-            )
+        positive("attention.top_k", self.top_k)
 
 
 def keep_top_k(scores: Tensor, k: int) -> Tensor:
@@ -75,23 +69,20 @@ class TopKAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        top_k: keys each query keeps.
+        options: the layer's `TopKConfig`, kept as `self.options`.
         dropout: dropout on the attention weights.
-        bias: biases on the projections.
     """
 
     config_class = TopKConfig
 
-    def __init__(
-        self, d_model: int, n_heads: int, top_k: int = 8, dropout: float = 0.0, bias: bool = True
-    ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.top_k = top_k
+    def __init__(self, d_model: int, n_heads: int, options: TopKConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.options = options
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: TopKConfig) -> TopKAttention:
         """Build from a model config and a layer's `TopKConfig`."""
-        return cls(cfg.d_model, cfg.n_heads, options.top_k, cfg.attn_dropout, options.bias)
+        return cls(cfg.d_model, cfg.n_heads, options, cfg.attn_dropout)
 
     def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
         """Masked, then the top_k of each row (Eq. 6), then the softmax (Eq. 7); (B, H, T, S)."""
@@ -100,7 +91,7 @@ class TopKAttention(MultiHeadAttention):
             # masked scores fall below every visible one, so they are picked last: a row with
             # fewer than k visible keys keeps them all, and its masked ones still get exp(−∞)
             scores = mask_scores(scores, allowed)
-        weights = torch.softmax(keep_top_k(scores, self.top_k), dim=-1)
+        weights = torch.softmax(keep_top_k(scores, self.options.top_k), dim=-1)
         if allowed is None:
             return weights
         return zero_rows_without_keys(weights, mask, allowed)

@@ -18,7 +18,7 @@ from formers.layers.attention import MultiHeadAttention
 from formers.layers.diagnostics import Reports
 from formers.layers.feedforward import FeedForward
 from formers.models import reconfigure
-from formers.variants.topk import TopKAttention
+from formers.variants.topk import TopKAttention, TopKConfig
 
 
 def attention_kinds(layers) -> list[str]:
@@ -189,19 +189,17 @@ def test_configs_saved_with_the_adaptive_softmax_under_attention_still_load():
 
 
 def test_every_attention_module_reports_its_cost():
-    layer = TopKAttention(64, 4)
+    layer = TopKAttention(64, 4, TopKConfig())
     assert layer.keys_per_query(100) == 100
     assert layer.score_flops_per_token(100) == 2 * 2 * 100 * 64
     assert MultiHeadAttention(64, 4).per_segment_parameters() == []
 
 
 def test_a_config_can_give_each_layer_its_own_values(monkeypatch):
-    from formers.variants.topk import TopKConfig
-
     def growing(self, index, n_layers):  # e.g. a window that grows with depth
         return dataclasses.replace(self, top_k=self.top_k * (index + 1))
 
     monkeypatch.setattr(TopKConfig, "for_layer", growing)
     cfg = tiny_config("vanilla", n_layers=3, attention={"kind": "topk", "top_k": 2})
     assert [cfg.attention_at("decoder", i).top_k for i in range(3)] == [2, 4, 6]
-    assert [layer.attn.top_k for layer in formers.build(cfg).layers] == [2, 4, 6]
+    assert [layer.attn.options.top_k for layer in formers.build(cfg).layers] == [2, 4, 6]

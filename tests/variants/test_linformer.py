@@ -14,7 +14,7 @@ from formers.bench import flops
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
 from formers.registry import ATTENTION
-from formers.variants.linformer import LinformerAttention
+from formers.variants.linformer import LinformerAttention, LinformerConfig
 
 
 def reference(attn: LinformerAttention, x: torch.Tensor, key_valid: torch.Tensor | None):
@@ -56,7 +56,9 @@ def perturb(module: torch.nn.Module) -> None:
 @pytest.mark.parametrize("padded", [False, True])
 def test_output_equals_the_float64_reference(sharing, length, padded):
     torch.manual_seed(length)
-    attn = LinformerAttention(16, 4, max_len=16, proj_len=6, sharing=sharing).double().eval()
+    attn = (
+        LinformerAttention(16, 4, 16, LinformerConfig(proj_len=6, sharing=sharing)).double().eval()
+    )
     perturb(attn)
     x = torch.randn(3, length, 16, dtype=torch.float64)
     key_valid = None
@@ -70,7 +72,7 @@ def test_output_equals_the_float64_reference(sharing, length, padded):
 
 def test_a_padded_input_equals_the_unpadded_one():
     torch.manual_seed(1)
-    attn = LinformerAttention(16, 2, max_len=12, proj_len=4).double().eval()
+    attn = LinformerAttention(16, 2, 12, LinformerConfig(proj_len=4)).double().eval()
     perturb(attn)
     x = torch.randn(2, 7, 16, dtype=torch.float64)
     padded = torch.cat([x, 100 * torch.randn(2, 5, 16, dtype=torch.float64)], dim=1)
@@ -85,7 +87,9 @@ def test_identity_projections_with_k_equal_n_are_full_two_sided_attention(sharin
     n = 10
     vanilla = MultiHeadAttention(16, 4).double().eval()
     perturb(vanilla)
-    low_rank = LinformerAttention(16, 4, max_len=n, proj_len=n, sharing=sharing).double().eval()
+    low_rank = (
+        LinformerAttention(16, 4, n, LinformerConfig(proj_len=n, sharing=sharing)).double().eval()
+    )
     low_rank.load_state_dict(vanilla.state_dict(), strict=False)
     with torch.no_grad():
         for p in (low_rank.e_proj, low_rank.f_proj):
@@ -159,7 +163,7 @@ def test_the_encoder_of_an_encoder_decoder_can_use_it():
 
 
 def test_a_causal_mask_at_run_time_is_an_error():
-    attn = LinformerAttention(16, 2, max_len=8, proj_len=4)
+    attn = LinformerAttention(16, 2, 8, LinformerConfig(proj_len=4))
     with pytest.raises(formers.InputError, match="causal"):
         attn(torch.randn(1, 5, 16), mask=AttentionMask(causal=True))
 

@@ -10,7 +10,7 @@ from helpers import random_tokens, tiny_config
 import formers
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
-from formers.variants.topk import TopKAttention, keep_top_k
+from formers.variants.topk import TopKAttention, TopKConfig, keep_top_k
 
 
 def reference_weights(scores: torch.Tensor, allowed: torch.Tensor, k: int) -> torch.Tensor:
@@ -60,7 +60,7 @@ def test_weights_equal_the_float64_reference(seed):
     key_valid = random_key_valid(batch, s) if seed % 3 else None
     mask = AttentionMask(causal=causal, key_valid=key_valid)
     scores = torch.randn(batch, heads, t, s, dtype=torch.float64) * 3
-    attn = TopKAttention(8, heads, top_k=k).double()
+    attn = TopKAttention(8, heads, TopKConfig(top_k=k)).double()
     got = attn.weights(scores, mask)
     want = reference_weights(scores, allowed_matrix(batch, t, s, causal, key_valid), k)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
@@ -68,7 +68,7 @@ def test_weights_equal_the_float64_reference(seed):
 
 def test_layer_output_equals_the_reference_weights_times_values():
     torch.manual_seed(3)
-    attn = TopKAttention(16, 2, top_k=3).double().eval()
+    attn = TopKAttention(16, 2, TopKConfig(top_k=3)).double().eval()
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     mask = AttentionMask(causal=True, key_valid=torch.rand(2, 9) > 0.2)
     q, k, v, _ = attn.project(x)
@@ -84,7 +84,7 @@ def test_layer_output_equals_the_reference_weights_times_values():
 def test_k_at_least_the_keys_is_vanilla_attention(causal):
     torch.manual_seed(4)
     vanilla = MultiHeadAttention(16, 4).double().eval()
-    sparse = TopKAttention(16, 4, top_k=11).double().eval()
+    sparse = TopKAttention(16, 4, TopKConfig(top_k=11)).double().eval()
     sparse.load_state_dict(vanilla.state_dict())
     x = torch.randn(2, 11, 16, dtype=torch.float64)
     key_valid = torch.ones(2, 11, dtype=torch.bool)
@@ -96,7 +96,7 @@ def test_k_at_least_the_keys_is_vanilla_attention(causal):
         sparse.weights(scores, mask), vanilla.weights(scores, mask), atol=1e-12, rtol=0
     )
     # and the selection is real below that: k = 2 changes the output
-    sparse.top_k = 2
+    sparse.options = TopKConfig(top_k=2)
     assert not torch.allclose(sparse(x, mask=mask), vanilla(x, mask=mask), atol=1e-6)
 
 
@@ -108,7 +108,7 @@ def test_ties_at_the_threshold_are_all_kept():
 
 
 def test_a_row_with_fewer_visible_keys_than_k_keeps_them_all():
-    attn = TopKAttention(8, 1, top_k=4)
+    attn = TopKAttention(8, 1, TopKConfig(top_k=4))
     scores = torch.randn(1, 1, 3, 3)
     mask = AttentionMask(causal=True)  # rows see 1, 2 and 3 keys, all fewer than k = 4
     vanilla = MultiHeadAttention(8, 1)
@@ -117,7 +117,7 @@ def test_a_row_with_fewer_visible_keys_than_k_keeps_them_all():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_fully_masked_rows_are_zero_without_nan(dtype):
-    attn = TopKAttention(16, 2, top_k=2).to(dtype)
+    attn = TopKAttention(16, 2, TopKConfig(top_k=2)).to(dtype)
     x = torch.randn(2, 6, 16, dtype=dtype)
     key_valid = torch.zeros(2, 6, dtype=torch.bool)
     key_valid[1, :3] = True
@@ -130,7 +130,7 @@ def test_fully_masked_rows_are_zero_without_nan(dtype):
 
 def test_dropped_scores_get_no_gradient():
     scores = torch.randn(1, 1, 1, 6, requires_grad=True)
-    weights = TopKAttention(8, 1, top_k=2).weights(scores, AttentionMask())
+    weights = TopKAttention(8, 1, TopKConfig(top_k=2)).weights(scores, AttentionMask())
     (weights * torch.randn(1, 1, 1, 6)).sum().backward()
     kept = weights[0, 0, 0] > 0
     assert kept.sum() == 2
