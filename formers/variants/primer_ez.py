@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.config import AttentionConfig, ModelConfig
-from formers.errors import ConfigError, InputError
+from formers.config import AttentionConfig, ModelConfig, positive
+from formers.errors import InputError
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import KVCache, LayerState
 from formers.layers.mask import AttentionMask
@@ -51,13 +51,7 @@ class MDHAConfig(AttentionConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        size = self.kernel_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(
-                f"attention.kernel_size={size!r} must be a positive integer: the width of the "
-                "causal convolution along the sequence (3 in the Primer paper; 1 is a per-channel "
-                "scale with no mixing over time)"
-            )
+        positive("attention.kernel_size", self.kernel_size)
 
 
 class DepthwiseCausalConv(nn.Module):
@@ -119,6 +113,12 @@ class DepthwiseCausalConv(nn.Module):
         return x[:, :, max(0, x.shape[2] - self.context_size) :]  # (B, H, ≤ k−1, K)
 
 
+def qkv_convolutions(n_heads: int, d_head: int, options: MDHAConfig) -> list[DepthwiseCausalConv]:
+    """The three convolutions, of q, k and v, that `options` asks for."""
+    size, bias = options.kernel_size, options.conv_bias
+    return [DepthwiseCausalConv(n_heads, d_head, size, bias) for _ in range(3)]
+
+
 class DConvCache(KVCache):
     """A key/value cache plus, per projection, its last kernel_size−1 pre-conv inputs."""
 
@@ -142,39 +142,21 @@ class MultiDConvHeadAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        kernel_size: convolution width along the sequence (3 in the paper).
+        options: the layer's `MDHAConfig`, kept as `self.options`.
         dropout: dropout on the attention weights.
-        bias: biases on the projections.
-        conv_bias: biases on the convolutions.
     """
 
     config_class = MDHAConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        kernel_size: int = 3,
-        dropout: float = 0.0,
-        bias: bool = True,
-        conv_bias: bool = True,
-    ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.q_dconv, self.k_dconv, self.v_dconv = (
-            DepthwiseCausalConv(n_heads, self.d_head, kernel_size, conv_bias) for _ in range(3)
-        )
+    def __init__(self, d_model: int, n_heads: int, options: MDHAConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.options = options
+        self.q_dconv, self.k_dconv, self.v_dconv = qkv_convolutions(n_heads, self.d_head, options)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: MDHAConfig) -> MultiDConvHeadAttention:
         """Build from a model config and a layer's `MDHAConfig`."""
-        return cls(
-            cfg.d_model,
-            cfg.n_heads,
-            kernel_size=options.kernel_size,
-            dropout=cfg.attn_dropout,
-            bias=options.bias,
-            conv_bias=options.conv_bias,
-        )
+        return cls(cfg.d_model, cfg.n_heads, options, cfg.attn_dropout)
 
     def new_state(self) -> LayerState | None:
         """Keys and values so far, and the convolutions' left context."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from formers.config import FFNConfig, ModelConfig
 from formers.layers.cache import LayerState
-from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention
+from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention, qkv_convolutions
 from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
 from formers.variants.xl.presets import transformer_xl
 
@@ -36,12 +36,11 @@ class PrimerXLAttention(MultiDConvHeadAttention, RelativeMultiHeadAttention):
 
     config_class = PrimerXLConfig
 
-    @classmethod
-    def from_config(cls, cfg: ModelConfig, options: PrimerXLConfig) -> PrimerXLAttention:
-        """Build from a model config and a layer's `PrimerXLConfig`."""
-        attn = super().from_config(cfg, options)  # MDHA's arguments; XL's init via the MRO
-        attn.use_lengths(options)
-        return attn
+    def __init__(self, d_model: int, n_heads: int, options: PrimerXLConfig, dropout: float = 0.0):
+        # XL's layer (projections, W_{k,R}, u, v), then MDHA's convolutions: MDHA's __init__
+        # would reach XL's through the MRO with MultiHeadAttention's arguments
+        RelativeMultiHeadAttention.__init__(self, d_model, n_heads, options, dropout)
+        self.q_dconv, self.k_dconv, self.v_dconv = qkv_convolutions(n_heads, self.d_head, options)
 
     def new_state(self) -> LayerState | None:
         """None: the memory is the block's (`XLBlock`), and the convolutions read its tail."""

@@ -81,7 +81,7 @@ def test_conv_is_causal():
 def test_delta_kernel_and_zero_bias_equal_vanilla_attention(padded):
     torch.manual_seed(0)
     vanilla = MultiHeadAttention(16, 4).double()
-    mdha = MultiDConvHeadAttention(16, 4, kernel_size=3).double()
+    mdha = MultiDConvHeadAttention(16, 4, MDHAConfig(kernel_size=3)).double()
     missing, unexpected = mdha.load_state_dict(vanilla.state_dict(), strict=False)
     assert not unexpected and all("dconv" in name for name in missing)
     x = torch.randn(2, 7, 16, dtype=torch.float64)
@@ -109,7 +109,7 @@ def test_mdha_runs_on_the_fused_attention_kernel(monkeypatch):
         return sdpa(*args, **kwargs)
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
-    mdha = MultiDConvHeadAttention(16, 2)
+    mdha = MultiDConvHeadAttention(16, 2, MDHAConfig())
     mdha(torch.randn(2, 7, 16), mask=AttentionMask(causal=True))
     assert calls == [(2, 2, 7, 8)]
 
@@ -217,7 +217,7 @@ def test_config_round_trips_and_rejects_bad_kernels():
 def test_memory_context_gives_the_convolution_its_left_context():
     """Transformer-XL contract: project(x, cat(memory, x)) == the x rows of one pass."""
     torch.manual_seed(0)
-    mdha = randomise(MultiDConvHeadAttention(16, 4, kernel_size=3)).double()
+    mdha = randomise(MultiDConvHeadAttention(16, 4, MDHAConfig(kernel_size=3))).double()
     memory, x = torch.randn(2, 5, 16).double(), torch.randn(2, 4, 16).double()
     whole = mdha.project(torch.cat([memory, x], 1))
     q, k, v, _ = mdha.project(x, context=torch.cat([memory, x], 1))

@@ -8,7 +8,7 @@ import torch
 from helpers import tiny_config
 
 import formers
-from formers.variants.xl import RelativeMultiHeadAttention, rel_shift, xl_mask
+from formers.variants.xl import RelativeMultiHeadAttention, XLConfig, rel_shift, xl_mask
 
 
 def sinusoid(distance: float, d_model: int) -> torch.Tensor:
@@ -120,7 +120,9 @@ def reference_attention(attn, x, memory, clamp_len=None, window=None):
 )
 def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp_len, window):
     torch.manual_seed(memory_len)
-    attn = randomised(RelativeMultiHeadAttention(16, 2, clamp_len=clamp_len)).double().eval()
+    attn = (
+        randomised(RelativeMultiHeadAttention(16, 2, XLConfig(clamp_len=clamp_len))).double().eval()
+    )
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     memory = torch.randn(2, memory_len, 16, dtype=torch.float64)
     context = torch.cat([memory, x], dim=1)
@@ -140,7 +142,7 @@ def test_relative_attention_equals_the_papers_equation_float64(memory_len, clamp
 def test_relative_attention_in_half_precision_matches_float32(dtype):
     # bf16 adds the mask as a bias; fp16 fills it after the sum (its range is too narrow)
     torch.manual_seed(5)
-    attn = randomised(RelativeMultiHeadAttention(16, 2)).eval()
+    attn = randomised(RelativeMultiHeadAttention(16, 2, XLConfig())).eval()
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
     context = torch.cat([memory, x], dim=1)
     mask = xl_mask(5, 3, same_length_window=2)
@@ -155,7 +157,7 @@ def test_relative_attention_in_half_precision_matches_float32(dtype):
 
 
 def test_relative_keys_clamp_distances():
-    attn = RelativeMultiHeadAttention(16, 2, clamp_len=3).double()
+    attn = RelativeMultiHeadAttention(16, 2, XLConfig(clamp_len=3)).double()
     r = attn.relative_keys(7, torch.device("cpu"))  # (H, S + 1, K), distances 6 … −1, cap 3
     table = torch.stack([attn.r_proj.weight @ sinusoid(min(d, 3), 16) for d in range(6, -2, -1)])
     torch.testing.assert_close(r.transpose(0, 1).reshape(8, 16), table, atol=1e-12, rtol=0)

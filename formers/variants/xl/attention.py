@@ -90,27 +90,16 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
+        options: the layer's `XLConfig`, kept as `self.options` (its block reads mem_len and
+            same_length there).
         dropout: dropout on the attention weights.
-        bias: biases on the q/k/v and output projections.
-        clamp_len: cap relative distances at this value (None: no cap).
-        mem_len: how many past inputs its block keeps as memory.
-        same_length: every query sees itself and the mem_len keys before it.
     """
 
     config_class = XLConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        dropout: float = 0.0,
-        bias: bool = False,
-        clamp_len: int | None = None,
-        mem_len: int = 0,
-        same_length: bool = False,
-    ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.clamp_len, self.mem_len, self.same_length = clamp_len, mem_len, same_length
+    def __init__(self, d_model: int, n_heads: int, options: XLConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.options = options
         self.r_proj = nn.Linear(d_model, d_model, bias=False)  # W_{k,R}
         nn.init.xavier_uniform_(self.r_proj.weight)
         # u and v as flat (H·K,) vectors: AdamW then treats them like biases (no decay).
@@ -120,14 +109,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: XLConfig) -> RelativeMultiHeadAttention:
         """Build from a model config and a layer's `XLConfig`."""
-        attn = cls(cfg.d_model, cfg.n_heads, dropout=cfg.attn_dropout, bias=options.bias)
-        attn.use_lengths(options)
-        return attn
-
-    def use_lengths(self, options: XLConfig) -> None:
-        """Take the memory length, same_length and clamp_len of `options` (no weight changes)."""
-        self.clamp_len = options.max_distance
-        self.mem_len, self.same_length = options.mem_len, options.same_length
+        return cls(cfg.d_model, cfg.n_heads, options, cfg.attn_dropout)
 
     @classmethod
     def tie_layers(cls, layers: list[MultiHeadAttention], options: XLConfig) -> None:
@@ -148,8 +130,8 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         Distance −1 (a future key) is never attended to; its column lets `rel_shift` be a view.
         """
         distances = torch.arange(key_len - 1, -2, -1, device=device)  # (S + 1,)
-        if self.clamp_len is not None:
-            distances = distances.clamp(max=self.clamp_len)
+        if self.options.max_distance is not None:
+            distances = distances.clamp(max=self.options.max_distance)
         weight = self.r_proj.weight
         r = self.r_proj(relative_sinusoid(distances, self.d_model, weight.dtype))  # (S + 1, D)
         return r.view(key_len + 1, self.n_heads, self.d_head).transpose(0, 1)  # (H, S + 1, K)
@@ -200,7 +182,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
 
     def keys_per_query(self, seq_len: int) -> int:
         """The segment plus a full memory."""
-        return seq_len + self.mem_len
+        return seq_len + self.options.mem_len
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """Three products per query–key pair: content, position (Eq. 4 (b)+(d)) and values."""

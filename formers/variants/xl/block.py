@@ -85,7 +85,7 @@ class XLBlock(Block):
     def new_state(self, memory: Tensor | None = None) -> BlockState:
         """An `XLMemory` of the attention's mem_len, starting from `memory` (or empty), as the
         attention's part; the feed-forward network's own state beside it."""
-        return BlockState(XLMemory(self.attn.mem_len, memory), self.ffn.new_state())
+        return BlockState(XLMemory(self.attn.options.mem_len, memory), self.ffn.new_state())
 
     def forward(
         self,
@@ -101,7 +101,7 @@ class XLBlock(Block):
         state = state if state is not None else self.new_state()
         memory = state.attn
         past = memory.past(x)  # (B, M, D)
-        window = self.attn.mem_len if self.attn.same_length else None
+        window = self.attn.options.mem_len if self.attn.options.same_length else None
         allowed = xl_mask(x.shape[1], past.shape[1], window, x.device)
 
         def attend(h: Tensor) -> Tensor:
