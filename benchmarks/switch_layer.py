@@ -42,7 +42,7 @@ from torch import Tensor, nn
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
 from formers.layers.feedforward import FeedForward
-from formers.variants.switch import SwitchFeedForward
+from formers.variants.switch import SwitchConfig, SwitchFeedForward
 
 Step = Callable[[], None]
 
@@ -53,7 +53,7 @@ def dense(d: int, f: int, e: int, cf: float, seq_len: int) -> tuple[nn.Module, C
 
 
 def formers_switch(d: int, f: int, e: int, cf: float, seq_len: int) -> tuple[nn.Module, Callable]:
-    layer = SwitchFeedForward(d, f, n_experts=e, capacity_factor=cf)
+    layer = SwitchFeedForward(d, f, SwitchConfig(n_experts=e, capacity_factor=cf))
 
     def run(x: Tensor) -> Tensor:
         out = layer(x)

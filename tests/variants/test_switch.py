@@ -5,6 +5,7 @@ one-expert case; the dispatch's buffer; the options."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -14,7 +15,12 @@ import torch.nn.functional as F
 
 import formers
 from formers.layers.feedforward import ACTIVATION, FeedForward
-from formers.variants.switch import SwitchFeedForward, assign_slots, expert_capacity
+from formers.variants.switch import (
+    SwitchConfig,
+    SwitchFeedForward,
+    assign_slots,
+    expert_capacity,
+)
 from formers.variants.switch.dispatch import static_bound
 
 D, FF = 8, 12
@@ -31,9 +37,9 @@ def randomise(layer: SwitchFeedForward, seed: int = 0, router_scale: float = 1.0
     return layer
 
 
-def make_layer(n_experts=4, seed=0, **options) -> SwitchFeedForward:
-    options = {"jitter": 0.0, **options}
-    return randomise(SwitchFeedForward(D, FF, n_experts, **options).double(), seed)
+def make_layer(n_experts=4, seed=0, dropout=0.0, **options) -> SwitchFeedForward:
+    options = SwitchConfig(**{"n_experts": n_experts, "jitter": 0.0, **options})
+    return randomise(SwitchFeedForward(D, FF, options, dropout).double(), seed)
 
 
 def ceil_capacity(factor: float, tokens: int, n_experts: int) -> int:
@@ -48,11 +54,11 @@ def reference(layer, x, valid, training, noise=None, dropout_mask=None):
     Returns the outputs and the aux loss α·E·Σ f·P + c_z·z, with f, P and z over the valid
     tokens."""
     batch, length, _ = x.shape
-    n_experts = layer.n_experts
+    n_experts = layer.options.n_experts
     w_in, w_out = layer.experts.w_in, layer.experts.w_out
     b_in, b_out = layer.experts.b_in, layer.experts.b_out
     act = layer.experts.activation
-    factor = layer.capacity_factor if training else layer.eval_capacity_factor
+    factor = layer.options.capacity_factor if training else layer.options.eval_capacity_factor
     outputs = []
     f = [0.0] * n_experts
     p_sum = [0.0] * n_experts
@@ -88,7 +94,7 @@ def reference(layer, x, valid, training, noise=None, dropout_mask=None):
             n_valid += 1
     n = max(n_valid, 1)
     balance = n_experts * sum(f[e] / n * p_sum[e] / n for e in range(n_experts))
-    aux = layer.balance_coef * balance + layer.z_loss_coef * z_sum / n
+    aux = layer.options.balance_coef * balance + layer.options.z_loss_coef * z_sum / n
     return torch.stack(outputs).view(batch, length, -1), aux
 
 
@@ -131,10 +137,9 @@ def test_outputs_losses_and_gradients_equal_the_per_token_loop(
     # the noise the layer drew, in its order: the router's jitter, then the expert dropout
     torch.manual_seed(seed)
     noise = dropout_mask = None
-    if training and layer.jitter > 0:
-        noise = torch.empty(batch * length, D, dtype=torch.float64).uniform_(
-            1 - layer.jitter, 1 + layer.jitter
-        )
+    jitter = layer.options.jitter
+    if training and jitter > 0:
+        noise = torch.empty(batch * length, D, dtype=torch.float64).uniform_(1 - jitter, 1 + jitter)
     if training and layer.dropout > 0:
         dropout_mask = torch.empty(batch * length, FF).bernoulli_(1 - layer.dropout).double()
     full_valid = valid if valid is not None else torch.ones(batch, length, dtype=torch.bool)
@@ -171,7 +176,7 @@ def test_the_capacity_binds_exactly_and_dropped_tokens_get_zero():
     assert (out[~dropped] != 0).all(dim=-1).all()
     assert layer.metrics["dropped"].item() == pytest.approx(7 / 20)
     # the same layer with room for everyone changes only the dropped tokens
-    layer.capacity_factor = 4.0
+    layer.options = dataclasses.replace(layer.options, capacity_factor=4.0)
     roomy = layer(x)  # (its buffer is wider: the matmul may round differently)
     torch.testing.assert_close(roomy[~dropped], out[~dropped], rtol=1e-13, atol=1e-13)
     assert (roomy[dropped] != 0).all(dim=-1).all() and layer.metrics["dropped"] == 0
@@ -296,7 +301,9 @@ def test_z_loss_and_diagnostics_equal_their_definitions():
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_one_expert_with_room_for_all_is_the_dense_network(activation):
     dense = FeedForward(D, FF, activation).double()
-    switch = SwitchFeedForward(D, FF, n_experts=1, activation=activation).double().train()
+    switch = (
+        SwitchFeedForward(D, FF, SwitchConfig(n_experts=1, activation=activation)).double().train()
+    )
     with torch.no_grad():
         switch.experts.w_in.copy_(dense.up.weight.T[None])
         switch.experts.b_in.copy_(dense.up.bias)
@@ -337,7 +344,7 @@ def test_the_buffer_is_trimmed_to_the_busiest_expert_and_a_static_bound_agrees()
 
 def test_initialisation_is_the_papers_reduced_scale():
     torch.manual_seed(0)
-    layer = SwitchFeedForward(256, 1024, n_experts=8, init_scale=0.1)
+    layer = SwitchFeedForward(256, 1024, SwitchConfig(n_experts=8, init_scale=0.1))
     for weight, fan_in in ((layer.router, 256), (layer.experts.w_in, 256),
                            (layer.experts.w_out, 1024)):  # fmt: skip
         std = math.sqrt(0.1 / fan_in)
@@ -348,7 +355,7 @@ def test_initialisation_is_the_papers_reduced_scale():
 
 
 def test_router_runs_in_float32_under_bf16_autocast_and_in_a_bf16_model():
-    layer = SwitchFeedForward(D, FF, n_experts=4).train()
+    layer = SwitchFeedForward(D, FF, SwitchConfig(n_experts=4)).train()
     x = torch.randn(2, 6, D)
     seen = {}
     original = torch.softmax
@@ -374,7 +381,7 @@ def test_router_runs_in_float32_under_bf16_autocast_and_in_a_bf16_model():
 
 
 def test_matmul_params_per_token_count_the_router_and_one_expert():
-    layer = SwitchFeedForward(16, 64, n_experts=8)
+    layer = SwitchFeedForward(16, 64, SwitchConfig(n_experts=8))
     assert layer.matmul_params_per_token() == 8 * 16 + 16 * 64 + 64 + 64 * 16 + 16
     from formers.bench.flops import matmul_params
 
@@ -393,7 +400,7 @@ def test_config_validation_names_the_field():
 
 
 def test_activations_are_the_dense_networks():
-    layer = SwitchFeedForward(D, FF, activation="squared_relu")
+    layer = SwitchFeedForward(D, FF, SwitchConfig(activation="squared_relu"))
     assert layer.experts.activation is ACTIVATION["squared_relu"]
 
 

@@ -139,7 +139,8 @@ def test_encoder_decoder_with_switch_in_both_stacks():
     model = formers.build(cfg).eval()
     assert isinstance(model.encoder[0].ffn, SwitchFeedForward)
     assert isinstance(model.decoder[1].ffn, SwitchFeedForward)
-    assert model.encoder[0].ffn.n_experts == 4 and model.decoder[0].ffn.n_experts == 8
+    assert model.encoder[0].ffn.options.n_experts == 4
+    assert model.decoder[0].ffn.options.n_experts == 8
     src, tgt = random_tokens(2, 9, V), random_tokens(2, 7, V)
     out = model(src, tgt)
     assert any(k.startswith("encoder.") for k in out.metrics)

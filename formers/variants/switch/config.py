@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from formers.config import FFNConfig, ModelConfig
+from formers.config import FFNConfig, ModelConfig, positive
 from formers.errors import ConfigError
 
 
@@ -41,9 +41,7 @@ class SwitchConfig(FFNConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        n = self.n_experts
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"ffn.n_experts={n!r} must be a positive integer (8 in the preset)")
+        positive("ffn.n_experts", self.n_experts)
         for name in ("capacity_factor", "eval_capacity_factor", "init_scale"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

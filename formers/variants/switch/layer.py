@@ -70,55 +70,27 @@ class SwitchFeedForward(Reports, nn.Module):
     Args:
         d_model: model width D.
         d_ff: each expert's inner width F.
-        n_experts: experts E.
-        activation: "relu", "gelu" or "squared_relu".
-        capacity_factor: training capacity factor c: an expert takes ⌈c · n / E⌉ of a row's n
-            tokens.
-        eval_capacity_factor: the same for evaluation, applied to each token's prefix.
-        balance_coef: α of the load-balancing loss.
-        z_loss_coef: weight of the router z-loss.
-        jitter: ε of the router's multiplicative input noise in training.
-        init_scale: s of the initialisation σ = √(s / fan_in).
-        dropout: expert dropout (between the projections).
-        bias: biases on the experts' projections.
+        options: the layer's `SwitchConfig`, kept as `self.options`.
+        dropout: the model's ffn_dropout, the expert dropout (between the projections) unless
+            `options.expert_dropout` sets one; the one in use is `self.dropout`.
     """
 
     config_class: ClassVar[type[SwitchConfig]] = SwitchConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        d_ff: int,
-        n_experts: int = 8,
-        activation: str = "relu",
-        capacity_factor: float = 1.25,
-        eval_capacity_factor: float = 2.0,
-        balance_coef: float = 0.01,
-        z_loss_coef: float = 0.0,
-        jitter: float = 0.01,
-        init_scale: float = 0.1,
-        dropout: float = 0.0,
-        bias: bool = True,
-    ):
+    def __init__(self, d_model: int, d_ff: int, options: SwitchConfig, dropout: float = 0.0):
         super().__init__()
-        self.n_experts = n_experts
-        self.capacity_factor, self.eval_capacity_factor = capacity_factor, eval_capacity_factor
-        self.balance_coef, self.z_loss_coef = balance_coef, z_loss_coef
-        self.jitter, self.dropout = jitter, dropout
+        self.options = options
+        self.dropout = dropout if options.expert_dropout is None else options.expert_dropout
+        n_experts, activation = options.n_experts, ACTIVATION[options.activation]
         self.router = nn.Parameter(torch.empty(n_experts, d_model))  # W_r, (E, D)
-        self.experts = Experts(n_experts, d_model, d_ff, ACTIVATION[activation], dropout, bias)
+        self.experts = Experts(n_experts, d_model, d_ff, activation, self.dropout, options.bias)
         self.clear_reports()
-        self.reset_parameters(init_scale)
+        self.reset_parameters(options.init_scale)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: SwitchConfig) -> SwitchFeedForward:
         """Build one layer's network from the model config and that layer's `SwitchConfig`."""
-        dropout = cfg.ffn_dropout if options.expert_dropout is None else options.expert_dropout
-        return cls(
-            cfg.d_model, cfg.d_ff, options.n_experts, options.activation,
-            options.capacity_factor, options.eval_capacity_factor, options.balance_coef,
-            options.z_loss_coef, options.jitter, options.init_scale, dropout, options.bias,
-        )  # fmt: skip
+        return cls(cfg.d_model, cfg.d_ff, options, cfg.ffn_dropout)
 
     @torch.no_grad()
     def reset_parameters(self, scale: float) -> None:
@@ -138,7 +110,7 @@ class SwitchFeedForward(Reports, nn.Module):
     def matmul_params_per_token(self) -> int:
         """Parameters one token multiplies: the router and one expert (for FLOP counts)."""
         experts = sum(p.numel() for p in self.experts.parameters())
-        return self.router.numel() + experts // self.n_experts
+        return self.router.numel() + experts // self.options.n_experts
 
     def forward(
         self, x: Tensor, valid: Tensor | None = None, state: ExpertCounts | None = None
@@ -152,21 +124,22 @@ class SwitchFeedForward(Reports, nn.Module):
                 before x, extended in place); None for a pass over whole sequences.
         """
         batch, length, d_model = x.shape
+        options, n_experts = self.options, self.options.n_experts
         x_ND = x.reshape(-1, d_model)
         valid_BT = valid if valid is not None else x.new_ones(batch, length, dtype=torch.bool)
         valid_N = valid_BT.reshape(-1)
-        jitter = self.jitter if self.training else 0.0
+        jitter = options.jitter if self.training else 0.0
         logits_NE = router_logits(x_ND, self.router, jitter)  # float32
         probs_NE = torch.softmax(logits_NE, dim=-1)
         gate_N, expert_N = probs_NE.max(dim=-1)  # top-1 (§2.1)
-        routed_NE = torch.nn.functional.one_hot(expert_N, self.n_experts) * valid_N[:, None]
+        routed_NE = torch.nn.functional.one_hot(expert_N, n_experts) * valid_N[:, None]
         keep_N = self.within_capacity(routed_NE, expert_N, valid_BT, state).reshape(-1)
 
         bound = None
         if torch.compiler.is_compiling() and state is None:
-            factor = self.capacity_factor if self.training else self.eval_capacity_factor
-            bound = static_bound(length, batch, factor, self.n_experts)
-        slots = assign_slots(expert_N, keep_N, self.n_experts, bound)
+            factor = options.capacity_factor if self.training else options.eval_capacity_factor
+            bound = static_bound(length, batch, factor, n_experts)
+        slots = assign_slots(expert_N, keep_N, n_experts, bound)
         y_ND = self.run_experts(x_ND, slots)
         weight_N = torch.where(keep_N, gate_N, 0.0)  # dropped tokens: exactly zero (§2.2)
         # the gate stays float32; the output returns to the input's precision
@@ -180,17 +153,18 @@ class SwitchFeedForward(Reports, nn.Module):
     ) -> Tensor:
         """(B, T) bool: whether each token's expert has room for it (see `routing.py`)."""
         batch, length = valid_BT.shape
-        routed_BTE = routed_NE.view(batch, length, self.n_experts)
+        options, n_experts = self.options, self.options.n_experts
+        routed_BTE = routed_NE.view(batch, length, n_experts)
         history = state if state is not None and state.tokens is not None else None
         before_BE = history.routed if history is not None else None
         seen_B1 = history.tokens[:, None] if history is not None else 0
         queue_BT = queue_positions(routed_BTE, expert_N.view(batch, length), before_BE)
         if self.training:  # the row is the group (Eq. 3)
             group = seen_B1 + valid_BT.sum(1, keepdim=True)  # (B, 1)
-            capacity = expert_capacity(group, self.capacity_factor, self.n_experts)
+            capacity = expert_capacity(group, options.capacity_factor, n_experts)
         else:  # each token's prefix is its group
             prefix_BT = seen_B1 + valid_BT.cumsum(1)
-            capacity = expert_capacity(prefix_BT, self.eval_capacity_factor, self.n_experts)
+            capacity = expert_capacity(prefix_BT, options.eval_capacity_factor, n_experts)
         if state is not None:
             routed_BE = routed_BTE.sum(1)
             tokens_B = valid_BT.sum(1)
@@ -202,7 +176,7 @@ class SwitchFeedForward(Reports, nn.Module):
     def run_experts(self, x_ND: Tensor, slots: Slots) -> Tensor:
         """Dispatch to the (E, M, D) buffer, run the experts, and read each token's slot back:
         (N, D)."""
-        x_EMD = slots.dispatch(x_ND).view(self.n_experts, slots.per_expert, -1)
+        x_EMD = slots.dispatch(x_ND).view(self.options.n_experts, slots.per_expert, -1)
         keep_EMF = None
         if self.training and self.dropout > 0:
             # drawn per token, in token order, as a dense network's dropout would be, so a
@@ -227,10 +201,10 @@ class SwitchFeedForward(Reports, nn.Module):
         probs_NE = probs_NE * valid_N[:, None]
         balance_loss = balance(probs_NE, routed_NE, n_tokens)
         z = z_loss(logits_NE, valid_N, n_tokens)
-        self.aux_loss = self.balance_coef * balance_loss + self.z_loss_coef * z
+        self.aux_loss = self.options.balance_coef * balance_loss + self.options.z_loss_coef * z
         with torch.no_grad():
             n = n_tokens.clamp(min=1).to(probs_NE.dtype)
-            load_E = routed_NE.sum(0).to(n.dtype) * self.n_experts / n  # 1 = an even share
+            load_E = routed_NE.sum(0).to(n.dtype) * self.options.n_experts / n  # 1 = an even share
             entropy = torch.special.entr(probs_NE).sum(-1).sum() / n
             self.metrics = {
                 "dropped": (n_tokens - keep_N.sum()).to(n.dtype) / n,
