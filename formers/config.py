@@ -233,11 +233,26 @@ class ModelConfig:
     }
 
     def __post_init__(self) -> None:
+        # in this order, so that of several mistakes the same one is reported first
+        self._check_finite()
+        object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))
+        self._check_shape()
+        self._check_embedding()
+        self._check_rates_and_choices()
+        self._check_arch_fields()
+        self._check_layers()
+        if self.adaptive_cutoffs is not None:
+            self._validate_adaptive()
+
+    def _check_finite(self) -> None:
+        """No NaN or infinity in any float field, the per-axis configs' included."""
         check_finite(self)
         for name in ("attention", "ffn", "encoder_attention", "encoder_ffn"):
             if getattr(self, name) is not None:
                 check_finite(getattr(self, name), prefix=f"{name}.")
-        object.__setattr__(self, "adaptive_cutoffs", _as_cutoffs(self.adaptive_cutoffs))
+
+    def _check_shape(self) -> None:
+        """The architecture, positive sizes, and heads that divide d_model."""
         choice("arch", self.arch, ARCHS)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_len"):
             positive(name, getattr(self, name))
@@ -251,6 +266,9 @@ class ModelConfig:
                 f"{self.n_heads * max(1, round(self.d_model / self.n_heads))}) "
                 "or n_heads as a divisor of d_model"
             )
+
+    def _check_embedding(self) -> None:
+        """The embeddings' initial scale and input scale, and the tied output's scaling."""
         if self.scale_tied_output and (not self.tie_embeddings or self.adaptive_cutoffs):
             raise ConfigError(
                 "scale_tied_output scales the tied output projection, and this model has none "
@@ -265,6 +283,9 @@ class ModelConfig:
                 f"embed_scale={self.embed_scale} must be positive, or None for 1 / the "
                 "embeddings' initial standard deviation"
             )
+
+    def _check_rates_and_choices(self) -> None:
+        """Dropout rates in [0, 1), and the norm, embed_init and position by name."""
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
@@ -272,6 +293,9 @@ class ModelConfig:
         choice("norm", self.norm, NORMS)
         choice("embed_init", self.embed_init, EMBED_INITS)
         choice("position", self.position, POSITIONS)
+
+    def _check_arch_fields(self) -> None:
+        """pad_id inside the vocabulary, and fields that only an encoder-decoder uses."""
         if self.pad_id is not None and not 0 <= self.pad_id < self.vocab_size:
             raise ConfigError(
                 f"pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size}): "
@@ -288,12 +312,13 @@ class ModelConfig:
                     f"{name} configures the encoder of arch='encoder_decoder', not of "
                     f"arch={self.arch!r}: set attention / ffn instead"
                 )
+
+    def _check_layers(self) -> None:
+        """Each layer's attention and feed-forward config, against this model and its stack."""
         for stack in self.stacks:
             for index in range(self.stack_layers(stack)):
                 self.attention_at(stack, index).validate(self, self.stack_causal(stack))
                 self.ffn_at(stack, index).validate(self, self.stack_causal(stack))
-        if self.adaptive_cutoffs is not None:
-            self._validate_adaptive()
 
     def _validate_adaptive(self) -> None:
         cutoffs = self.adaptive_cutoffs
