@@ -448,8 +448,7 @@ def _as_cutoffs(value: Any) -> tuple[int, ...] | None:
         cutoffs = tuple(int(c) for c in value)
     except (TypeError, ValueError):
         raise ConfigError(
-            f"adaptive_cutoffs={value!r} must be a list of increasing token ids, e.g. "
-            "[2000, 10000]"
+            f"adaptive_cutoffs={value!r} must be a list of increasing token ids, e.g. [2000, 10000]"
         ) from None
     return cutoffs or None
 
@@ -466,10 +465,13 @@ def check_finite(cfg: Any, prefix: str = "") -> None:
             raise ConfigError(f"{prefix}{item.name}={value} must be a finite number")
 
 
-def positive(name: str, value: Any) -> None:
-    """Refuse anything but a positive integer, naming the option as the user wrote it."""
+def positive(name: str, value: Any, hint: str = "") -> None:
+    """Refuse anything but a positive integer, naming the option as the user wrote it; `hint`
+    (e.g. "the keys each query keeps (8 in the paper)") follows the message after a colon."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{name}={value!r} must be a positive integer")
+        raise ConfigError(
+            f"{name}={value!r} must be a positive integer" + (f": {hint}" if hint else "")
+        )
 
 
 def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

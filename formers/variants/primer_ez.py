@@ -51,7 +51,12 @@ class MDHAConfig(AttentionConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        positive("attention.kernel_size", self.kernel_size)
+        positive(
+            "attention.kernel_size",
+            self.kernel_size,
+            "the width of the causal convolution along the sequence (3 in the Primer paper; 1 is a "
+            "per-channel scale with no mixing over time)",
+        )
 
 
 class DepthwiseCausalConv(nn.Module):

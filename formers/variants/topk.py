@@ -51,7 +51,7 @@ class TopKConfig(AttentionConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        positive("attention.top_k", self.top_k)
+        positive("attention.top_k", self.top_k, "the keys each query keeps (8 in the paper)")
 
 
 def keep_top_k(scores: Tensor, k: int) -> Tensor:

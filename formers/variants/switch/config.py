@@ -41,7 +41,7 @@ class SwitchConfig(FFNConfig):
 
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
-        positive("ffn.n_experts", self.n_experts)
+        positive("ffn.n_experts", self.n_experts, "experts per layer (8 in the preset)")
         for name in ("capacity_factor", "eval_capacity_factor", "init_scale"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
