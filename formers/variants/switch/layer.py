@@ -64,7 +64,7 @@ class SwitchFeedForward(Reports, nn.Module):
         d_model: model width D.
         d_ff: each expert's inner width F.
         n_experts: experts E.
-        activation: "relu", "gelu" or "squared_relu".
+        activation: "relu", "gelu", "gelu_tanh" or "squared_relu".
         capacity_factor: training capacity factor c: an expert takes ⌈c · n / E⌉ of a row's n
             tokens.
         eval_capacity_factor: the same for evaluation, applied to each token's prefix.
