@@ -1,5 +1,5 @@
-"""The `formers` command: train | eval | generate | translate | average | convert | bench | compare
-| data | presets | config.
+"""The `formers` command: train | eval | generate | translate | average | convert | import | bench
+| compare | data | presets | config.
 
 This module parses the command line and dispatches; each command's arguments and work are in its
 module of `formers.commands`.
@@ -22,6 +22,7 @@ from formers.commands import (
     data,
     evaluate,
     generate,
+    import_model,
     presets,
     train,
     translate,
@@ -36,6 +37,7 @@ COMMANDS = (
     evaluate,
     generate,
     convert,
+    import_model,
     data,
     presets,
     config,
