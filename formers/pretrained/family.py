@@ -72,6 +72,8 @@ class Family:
         model_config: config.json (as an `HFConfig`) -> the formers config it is.
         params: a formers config -> the correspondence of every parameter.
         defaults: the config values a config.json may leave out (its config class's).
+        hf_config: (a formers config, its tokenizer or None) -> the config.json of that
+            checkpoint (export); refuses, naming the field, a config it cannot express.
         ignored: checkpoint tensors that are no parameters (buffers older versions saved).
         special_tokens: vocabulary entries its tokenizer treats as special, which GPT-2-style
             vocab.json + merges.txt files do not mark.
@@ -85,6 +87,7 @@ class Family:
     model_config: Callable[[HFConfig], ModelConfig]
     params: Callable[[ModelConfig], list[Param]]
     defaults: dict[str, Any] = field(default_factory=dict)
+    hf_config: Callable[[ModelConfig, Any], dict[str, Any]] | None = None
     ignored: re.Pattern[str] = re.compile(r"(?!)")
     special_tokens: tuple[str, ...] = ()
     normalise: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] = field(
@@ -112,3 +115,18 @@ class Family:
                 "does not describe these weights"
             )
         return {p.name: p.to_formers(weights[p.hf]) for p in params}
+
+
+def exportable(cfg: ModelConfig, family: str, required: dict[str, Any]) -> None:
+    """Refuse a config that a `family` checkpoint cannot express: `required` maps dotted
+    config fields to the value (or tuple of values) the family has."""
+    for key, want in required.items():
+        value: Any = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        allowed = want if isinstance(want, tuple) else (want,)
+        if value not in allowed:
+            raise PretrainedError(
+                f"the model has {key}={value!r}, which a {family} checkpoint cannot express: it "
+                f"needs {key}={' or '.join(map(repr, allowed))}"
+            )

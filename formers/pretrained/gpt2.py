@@ -35,7 +35,8 @@ import re
 from torch import Tensor
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
-from formers.pretrained.family import Family, HFConfig, Param
+from formers.data.tokenizers import Tokenizer
+from formers.pretrained.family import Family, HFConfig, Param, exportable
 
 # GPT2Config's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -62,7 +63,26 @@ ACTIVATIONS = {
     "gelu": "gelu",
     "relu": "relu",
 }
+HF_ACTIVATIONS = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
 PREFIX = "transformer."
+# what a formers config must be to be GPT-2 (the settings above that have one value)
+DIFF = {
+    "arch": "decoder",
+    "norm": "pre",
+    "position": "learned",
+    "embedding_scale": 1.0,
+    "scale_tied_output": False,
+    "ffn_dropout": 0.0,
+    "pad_id": None,
+    "adaptive_cutoffs": None,
+    "attention.kind": "vanilla",
+    "attention.bias": True,
+    "attention.layers": "all",
+    "ffn.kind": "dense",
+    "ffn.bias": True,
+    "ffn.layers": "all",
+    "ffn.activation": tuple(HF_ACTIVATIONS),
+}
 
 
 def model_config(hf: HFConfig) -> ModelConfig:
@@ -97,6 +117,36 @@ def model_config(hf: HFConfig) -> ModelConfig:
         attention=AttentionConfig(),
         ffn=FFNConfig(activation=ACTIVATIONS[hf["activation_function"]]),
     )
+
+
+def hf_config(cfg: ModelConfig, tokenizer: Tokenizer | None) -> dict:
+    """The GPT2Config of a formers decoder LM that is GPT-2 shaped (refused, naming the first
+    field that is not); <|endoftext|> begins and ends texts when the tokenizer has it."""
+    exportable(cfg, "GPT-2", DIFF)
+    hf = getattr(tokenizer, "hf", None)
+    special = None if hf is None else hf.token_to_id(FAMILY.special_tokens[0])
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.max_len,
+        "n_embd": cfg.d_model,
+        "n_layer": cfg.n_layers,
+        "n_head": cfg.n_heads,
+        "n_inner": cfg.d_ff,
+        "activation_function": HF_ACTIVATIONS[cfg.ffn.activation],
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": cfg.attn_dropout,
+        "layer_norm_epsilon": cfg.norm_eps,
+        "initializer_range": cfg.embedding_std,
+        "tie_word_embeddings": cfg.tie_embeddings,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "bos_token_id": special,
+        "eos_token_id": special,
+    }
 
 
 def params(cfg: ModelConfig) -> list[Param]:
@@ -142,6 +192,7 @@ FAMILY = Family(
     model_type="gpt2",
     model_config=model_config,
     params=params,
+    hf_config=hf_config,
     defaults=DEFAULTS,
     # the causal-mask buffers that transformers < 4.40 saved with every layer
     ignored=re.compile(r"\.attn\.(masked_)?bias$"),

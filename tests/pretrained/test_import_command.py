@@ -89,3 +89,59 @@ def test_convert_rewrites_the_imported_checkpoint_as_shards(imported, capsys):
     assert after.keys() == before.keys()
     for name, tensor in after.items():
         assert torch.equal(tensor, before[name]), name
+
+
+def test_export_to_hf_loads_in_transformers_with_equal_logits(imported, tmp_path, capsys):
+    run_dir, _ = imported
+    out = tmp_path / "exported"
+    assert main(["export", str(run_dir), "--to", "hf", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["architectures"] == ["GPT2LMHeadModel"] and report["tokenizer"]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    run = load_run(run_dir)
+    tokens = torch.randint(0, 300, (2, 30))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, run.model(tokens).logits, atol=1e-5, rtol=0)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer(TEXT)["input_ids"] == run.tokenizer.encode(TEXT)
+
+
+def test_a_run_from_scratch_with_gpt2s_shape_exports_too(tmp_path, capsys):
+    settings = {
+        "norm": "pre", "position": "learned", "embed_scale": 1.0, "ffn.activation": "gelu_tanh",
+        "n_layers": 1, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 16,
+        "tie_embeddings": False,
+    }  # fmt: skip
+    cfg = formers.config("vanilla", **settings)
+    model = formers.build(cfg).eval()
+    run_dir = tmp_path / "run"
+    run_cfg = formers.train.config.RunConfig(model=cfg)
+    formers.train.checkpoint.save_checkpoint(
+        run_dir, model=model, optimizer=None, config=run_cfg.to_dict(),
+        state=formers.train.checkpoint.TrainState(step=1),
+    )  # fmt: skip
+    (run_dir / "tokenizer.json").write_text('{"unit": "byte"}')
+    assert main(["export", str(run_dir), "--to", "hf", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["tokenizer"] is False
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    tokens = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, model(tokens).logits, atol=1e-5, rtol=0)
+
+
+def test_export_refuses_a_model_gpt2_cannot_express(tmp_path, capsys):
+    cfg = formers.config("vanilla", n_layers=1, d_model=32, n_heads=4, d_ff=64)
+    run_dir = tmp_path / "run"
+    formers.train.checkpoint.save_checkpoint(
+        run_dir, model=formers.build(cfg), optimizer=None,
+        config=formers.train.config.RunConfig(model=cfg).to_dict(),
+        state=formers.train.checkpoint.TrainState(step=1),
+    )  # fmt: skip
+    (run_dir / "tokenizer.json").write_text('{"unit": "byte"}')
+    assert main(["export", str(run_dir), "--to", "hf", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "error: the model has norm='post', which a GPT-2 checkpoint cannot express: it needs "
+        "norm='pre'\n"
+    )
+    assert not (tmp_path / "out").exists()
