@@ -26,7 +26,9 @@ class TrainConfig:
         corpus: a named corpus (see `formers data list`) or a path to a text file or folder.
         data_dir: where named corpora live; default --data-dir, FORMERS_DATA, ../shared/data
             beside a checkout, or the user cache.
-        tokenizer: "byte", "char", "word" or "bpe"; None uses the corpus's own.
+        tokenizer: "byte", "char", "word" or "bpe"; None uses the corpus's own; "pretrained":
+            the tokenizer the run's weights came with (an imported model's, `--init-from`'s),
+            used as it is.
         tokenizer_vocab: BPE vocabulary size (or a cap on word vocabularies).
         batch_size: sequences per optimizer step and process (before accumulation).
         seq_len: tokens per sequence (the segment length of recurrent models).
