@@ -258,23 +258,7 @@ class ModelConfig:
                 "scale_tied_output scales the tied output projection, and this model has none "
                 "(tie_embeddings is false or adaptive_cutoffs is set): leave it false"
             )
-        if self.embed_init_std is not None and not self.embed_init_std > 0:
-            raise ConfigError(
-                f"embed_init_std={self.embed_init_std} must be positive, or None for embed_init's"
-            )
-        if self.embed_scale is not None and not self.embed_scale > 0:
-            raise ConfigError(
-                f"embed_scale={self.embed_scale} must be positive, or None for 1 / the "
-                "embeddings' initial standard deviation"
-            )
-        if not self.norm_eps > 0:
-            raise ConfigError(
-                f"norm_eps={self.norm_eps} must be positive (the LayerNorm's ε, 1e-5 by default)"
-            )
-        for name in ("dropout", "attn_dropout", "ffn_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ConfigError(f"{name}={value} must be in [0, 1)")
+        self._validate_scales()
         choice("norm", self.norm, NORMS)
         choice("embed_init", self.embed_init, EMBED_INITS)
         choice("position", self.position, POSITIONS)
@@ -300,6 +284,26 @@ class ModelConfig:
                 self.ffn_at(stack, index).validate(self, self.stack_causal(stack))
         if self.adaptive_cutoffs is not None:
             self._validate_adaptive()
+
+    def _validate_scales(self) -> None:
+        """The initial and input scales, the LayerNorm's ε and the dropout rates."""
+        if self.embed_init_std is not None and not self.embed_init_std > 0:
+            raise ConfigError(
+                f"embed_init_std={self.embed_init_std} must be positive, or None for embed_init's"
+            )
+        if self.embed_scale is not None and not self.embed_scale > 0:
+            raise ConfigError(
+                f"embed_scale={self.embed_scale} must be positive, or None for 1 / the "
+                "embeddings' initial standard deviation"
+            )
+        if not self.norm_eps > 0:
+            raise ConfigError(
+                f"norm_eps={self.norm_eps} must be positive (the LayerNorm's ε, 1e-5 by default)"
+            )
+        for name in ("dropout", "attn_dropout", "ffn_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ConfigError(f"{name}={value} must be in [0, 1)")
 
     def _validate_adaptive(self) -> None:
         cutoffs = self.adaptive_cutoffs
