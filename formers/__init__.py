@@ -4,7 +4,7 @@ cfg = formers.config("vanilla", n_layers=2, d_model=64, n_heads=4, vocab_size=25
 model = formers.build(cfg)
 out = model(tokens)          # out.logits, out.loss, out.aux_loss, out.memory, out.metrics
 run = formers.load_run("runs/ts")   # a trained run folder: run.model, run.tokenizer, run.config
-run = formers.from_pretrained("openai-community/gpt2")   # a Hugging Face checkpoint, the same
+run = formers.from_pretrained("path/or/hub-id")   # a Hugging Face checkpoint, the same
 """
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig

@@ -14,8 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="a run's model as a Hugging Face checkpoint",
         description="Write a run's model as a folder that transformers' from_pretrained "
         "loads (config.json, model.safetensors, and tokenizer.json for a BPE tokenizer): an "
-        "imported model, fine-tuned or not, or any run whose model one family expresses "
-        "(GPT-2: a pre-norm decoder with learned positions).",
+        "imported model, fine-tuned or not, or any run whose model one family of "
+        "docs/pretrained.md expresses.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run", help="run folder")

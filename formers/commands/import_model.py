@@ -11,16 +11,19 @@ import json
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `formers import`."""
+    from formers.pretrained import FAMILIES
+
     p = sub.add_parser(
         "import",
         help="a Hugging Face checkpoint as a run folder",
         description="Read a Hugging Face model (a folder written by save_pretrained, or a hub "
         "id fetched with huggingface_hub) into formers' own implementation, and write it as "
-        "an ordinary run folder that eval, generate and convert read. Families: GPT-2 "
-        "(GPT2LMHeadModel). The weights are read without transformers.",
+        "an ordinary run folder that eval, generate and convert read. Architectures: "
+        f"{', '.join(sorted(FAMILIES))} (docs/pretrained.md). The weights are read without "
+        "transformers.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("source", help="model folder, or hub id such as openai-community/gpt2")
+    p.add_argument("source", help="model folder, or hub id")
     p.add_argument("--run-dir", required=True, help="a new or empty folder for the run")
     p.add_argument(
         "--corpus",

@@ -130,3 +130,18 @@ def test_a_folder_that_holds_something_else_is_left_alone(gpt2_folder, tmp_path,
     assert main(["import", str(gpt2_folder), "--run-dir", str(run_dir)]) == 2
     assert "is not empty: import into a new or empty folder" in capsys.readouterr().err
     assert [p.name for p in run_dir.iterdir()] == ["mine.txt"]
+
+
+def test_a_tokenizer_larger_than_the_vocabulary(gpt2_copy, tmp_path, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet, show_progress=False)
+    hf.train_from_iterator([" ".join(f"word{i} w{i * 7}x" for i in range(400))], trainer=trainer)
+    assert hf.get_vocab_size() > 300
+    hf.save(str(gpt2_copy / "tokenizer.json"))
+    line = refused(gpt2_copy, tmp_path / "run", capsys)
+    assert f"the tokenizer of {gpt2_copy} has {hf.get_vocab_size()} tokens, more than" in line
+    assert "vocab_size=300" in line
