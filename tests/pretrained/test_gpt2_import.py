@@ -129,3 +129,18 @@ def test_the_run_config_names_the_pretrained_tokenizer_and_the_positions(gpt2):
     assert config["train"]["corpus"] == "tinyshakespeare"
     assert config["model"]["ffn"]["activation"] == "gelu_tanh"
     assert config["model"]["norm_eps"] == 1e-3
+
+
+def test_an_untied_output_layer_and_the_dropout_rates_map(tmp_path):
+    from hf_gpt2 import save_gpt2
+
+    dropouts = {"resid_pdrop": 0.2, "embd_pdrop": 0.2, "attn_pdrop": 0.05}
+    hf = save_gpt2(tmp_path, tie_word_embeddings=False, **dropouts)
+    run = formers.from_pretrained(tmp_path)
+    cfg = run.config.model
+    assert (cfg.dropout, cfg.attn_dropout, cfg.ffn_dropout) == (0.2, 0.05, 0.0)
+    assert not cfg.tie_embeddings
+    assert not torch.equal(run.model.lm_head.weight, run.model.embed.token.weight)
+    tokens = torch.randint(0, VOCAB, (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(run.model(tokens).logits, hf(tokens).logits, atol=1e-5, rtol=0)
