@@ -145,3 +145,19 @@ def test_a_tokenizer_larger_than_the_vocabulary(gpt2_copy, tmp_path, capsys):
     line = refused(gpt2_copy, tmp_path / "run", capsys)
     assert f"the tokenizer of {gpt2_copy} has {hf.get_vocab_size()} tokens, more than" in line
     assert "vocab_size=300" in line
+
+
+def test_a_tensor_the_config_has_no_place_for(gpt2_copy, tmp_path, capsys):
+    weights = load_file(gpt2_copy / "model.safetensors")
+    weights["transformer.h.2.ln_1.weight"] = torch.ones(32)  # a third layer of a 2-layer config
+    save_file(weights, gpt2_copy / "model.safetensors")
+    line = refused(gpt2_copy, tmp_path / "run", capsys)
+    assert "hold transformer.h.2.ln_1.weight, which a gpt2 model of its config.json" in line
+
+
+def test_a_config_without_a_field_it_needs(gpt2_copy, tmp_path, capsys):
+    config = json.loads((gpt2_copy / "config.json").read_text())
+    del config["vocab_size"]
+    (gpt2_copy / "config.json").write_text(json.dumps(config))
+    line = refused(gpt2_copy, tmp_path / "run", capsys)
+    assert "config.json has no 'vocab_size': the config is incomplete" in line
