@@ -1,5 +1,5 @@
-"""The `formers` command: train | eval | generate | translate | average | convert | bench | compare
-| data | presets | config.
+"""The `formers` command: train | eval | generate | translate | average | convert | import
+| export | bench | compare | data | presets | config.
 
 This module parses the command line and dispatches; each command's arguments and work are in its
 module of `formers.commands`.
@@ -21,7 +21,9 @@ from formers.commands import (
     convert,
     data,
     evaluate,
+    export,
     generate,
+    import_model,
     presets,
     train,
     translate,
@@ -36,6 +38,8 @@ COMMANDS = (
     evaluate,
     generate,
     convert,
+    import_model,
+    export,
     data,
     presets,
     config,

@@ -29,7 +29,7 @@ NORMS: tuple[str, ...] = ("post", "pre")
 # The token embeddings' initial standard deviation, by name: 4 / d_model, or the paper's
 # d_model**-0.5 (see ModelConfig.embed_init).
 EMBED_INITS: tuple[str, ...] = ("small", "paper")
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "squared_relu")
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "squared_relu")
 POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
 
 
@@ -82,7 +82,8 @@ class FFNConfig:
 
     Args:
         kind: the feed-forward module, a key of `formers.registry.FFN`.
-        activation: "relu", "gelu" or "squared_relu".
+        activation: "relu", "gelu" (exact), "gelu_tanh" (its tanh approximation) or
+            "squared_relu".
         bias: biases on the projections.
         layers: which layers of the stack use this kind (see `AttentionConfig.layers`); the
             others use `fallback()`.
@@ -166,7 +167,8 @@ class ModelConfig:
         attn_dropout: dropout on attention weights.
         ffn_dropout: dropout between the two feed-forward projections.
         norm: "post" (residual then LayerNorm, the paper) or "pre" (LayerNorm inside the branch).
-        norm_eps: LayerNorm epsilon.
+        norm_eps: the ε every LayerNorm adds to the variance (PyTorch's 1e-5; a checkpoint
+            trained with another must keep its own).
         position: "sinusoidal", "learned" or "none" (relative variants encode positions inside
             attention).
         max_len: longest sequence; sizes the learned position table.
@@ -285,7 +287,12 @@ class ModelConfig:
             )
 
     def _check_rates_and_choices(self) -> None:
-        """Dropout rates in [0, 1), and the norm, embed_init and position by name."""
+        """Dropout rates in [0, 1), the LayerNorm's ε, and the norm, embed_init and position by
+        name."""
+        if not self.norm_eps > 0:
+            raise ConfigError(
+                f"norm_eps={self.norm_eps} must be positive (the LayerNorm's ε, 1e-5 by default)"
+            )
         for name in ("dropout", "attn_dropout", "ffn_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:

@@ -13,7 +13,7 @@ from torch import nn
 
 from formers.data.corpora import Corpus, load_corpus
 from formers.data.errors import DataError
-from formers.data.tokenizers import Tokenizer, tokenizer_from_dict
+from formers.data.tokenizers import PRETRAINED_TOKENIZER, Tokenizer, tokenizer_from_dict
 from formers.errors import FormersError
 from formers.models import build, runtime_config
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint, load_config
@@ -112,7 +112,9 @@ def load_run(
 def corpus_of(run: LoadedRun, data_dir: str | None = None) -> Corpus:
     """The run's corpus, tokenized exactly as in training (checked against the saved tokenizer)."""
     tc = run.config.train
-    corpus = load_corpus(tc.corpus, data_dir or tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
+    # a pretrained model's tokenizer is the run's own, never rebuilt from the corpus
+    tokenizer = run.tokenizer if tc.tokenizer == PRETRAINED_TOKENIZER else tc.tokenizer
+    corpus = load_corpus(tc.corpus, data_dir or tc.data_dir, tokenizer, tc.tokenizer_vocab)
     if corpus.tokenizer.to_dict() != run.tokenizer.to_dict():
         raise DataError(
             f"the corpus {tc.corpus!r} now tokenizes differently from when {run.run_dir} was "

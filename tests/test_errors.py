@@ -38,6 +38,10 @@ def test_bad_values():
         formers.config("vanilla", dropout=1.5)
     with pytest.raises(ConfigError, match=r"norm='middle' is not one of 'post', 'pre'"):
         formers.config("vanilla", norm="middle")
+    with pytest.raises(ConfigError, match=r"norm_eps=-1e-05 must be positive"):
+        formers.config("vanilla", norm_eps=-1e-5)
+    with pytest.raises(ConfigError, match=r"ffn.activation='gelu_fast' is not one of .*gelu_tanh"):
+        formers.config("vanilla", **{"ffn.activation": "gelu_fast"})
     with pytest.raises(ConfigError, match=r"n_layers='six' must be of type int"):
         formers.config("vanilla", n_layers="six")
     with pytest.raises(ConfigError, match=r"attention.kind='nope' is unknown"):

@@ -65,6 +65,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="continue the run in --run-dir (it may change only its length and how it is "
         "watched: max_steps, time_budget, eval/log/save cadence)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN_OR_SOURCE",
+        help="start from these weights (a run folder, or a Hugging Face folder or hub id as "
+        "formers import reads it) with their model and tokenizer, and a fresh optimizer and "
+        "schedule",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train, takes_overrides=True)
 
@@ -81,20 +88,56 @@ def requested(args: argparse.Namespace, extra: list[str]) -> tuple[str | None, d
     return preset, overrides
 
 
+def new_run_config(
+    args: argparse.Namespace, preset: str | None, overrides: dict[str, Any]
+) -> tuple[Any, Any, Any]:
+    """A new run's config, and with --init-from the data its tokenizer encodes and the weights
+    it starts from (else None, None)."""
+    from formers.train.config import run_config
+    from formers.train.init_from import start_from
+
+    if not args.init_from:
+        return run_config(preset or "vanilla", overrides), None, None
+    if preset:
+        raise FormersError(
+            f"--preset {preset}: a run started from weights has their model; leave --preset out"
+        )
+    start = start_from(args.init_from, overrides)
+    return start.config, start.data, start.weights
+
+
+def own_tokenizer_corpus(cfg: Any, run_dir: Path) -> Any:
+    """A resumed run's corpus, when it reads it with the tokenizer its weights came with (the
+    run folder's); else None, and training builds its tokenizer as always."""
+    from formers.data.tokenizers import PRETRAINED_TOKENIZER, tokenizer_from_dict
+    from formers.train.init_from import pretrained_corpus
+
+    if cfg.train.tokenizer != PRETRAINED_TOKENIZER:
+        return None
+    saved = json.loads((run_dir / "tokenizer.json").read_text())
+    return pretrained_corpus(cfg, tokenizer_from_dict(saved))
+
+
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.train.checkpoint import latest_checkpoint
-    from formers.train.config import run_config
     from formers.train.resume import resumed_config
     from formers.train.trainer import train
 
     preset, overrides = requested(args, extra)
+    data = init = None
     if args.resume:
         if not args.run_dir:
             raise FormersError("--resume needs --run-dir: the folder of the run to continue")
+        if args.init_from:
+            raise FormersError(
+                "--resume continues a run, which already started from its weights: leave "
+                "--init-from out"
+            )
         run_dir = Path(args.run_dir)
         cfg = resumed_config(run_dir, preset, overrides)
+        data = own_tokenizer_corpus(cfg, run_dir)
     else:
-        cfg = run_config(preset or "vanilla", overrides)
+        cfg, data, init = new_run_config(args, preset, overrides)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         run_dir = Path(args.run_dir or f"runs/{cfg.preset}-{Path(cfg.train.corpus).name}-{stamp}")
         if latest_checkpoint(run_dir) is not None:
@@ -102,7 +145,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
                 f"{run_dir} already holds a run: continue it with --resume, or pick another "
                 "--run-dir"
             )
-    result = train(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
+    result = train(
+        cfg, run_dir, resume=args.resume, progress=not args.no_progress, data=data, init=init
+    )
     if int(os.environ.get("RANK", "0")) == 0:
         summary = {
             "run_dir": str(result.run_dir),

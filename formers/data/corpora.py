@@ -40,7 +40,13 @@ from formers.data.errors import DataError
 from formers.data.files import decode_parts
 from formers.data.local import read_path, read_stdlib
 from formers.data.locate import data_dir, search_dirs
-from formers.data.tokenizers import TOKENIZERS, Tokenizer, bytes_to_tensor, train_tokenizer
+from formers.data.tokenizers import (
+    PRETRAINED_TOKENIZER,
+    TOKENIZERS,
+    Tokenizer,
+    bytes_to_tensor,
+    train_tokenizer,
+)
 from formers.data.translation_corpora import PARALLEL_CORPORA
 
 
@@ -145,11 +151,19 @@ CORPORA: dict[str, CorpusSpec] = {
 def build_corpus(
     name: str,
     raw: RawSplits,
-    unit: str,
+    unit: str | Tokenizer,
     vocab_size: int | None = None,
     char_vocab_from_all: bool = False,
 ) -> Corpus:
-    """Train a `unit` tokenizer on the train split of `raw` and encode every split."""
+    """Train a `unit` tokenizer on the train split of `raw` and encode every split (or encode
+    them with `unit` itself when it is a tokenizer already, a pretrained model's)."""
+    if isinstance(unit, Tokenizer):
+        return _encoded(name, raw, unit)
+    if unit == PRETRAINED_TOKENIZER:
+        raise DataError(
+            f"tokenizer {unit!r} is the one a pretrained model's weights came with, and this run "
+            "starts from none: set train.tokenizer to byte, char, word or bpe"
+        )
     if unit not in TOKENIZERS:
         raise DataError(f"{name}: unknown tokenizer {unit!r}; choose one of {list(TOKENIZERS)}")
     bytes_per_split = {s: sum(len(p.data) for p in parts) for s, parts in raw.items()}
@@ -163,6 +177,15 @@ def build_corpus(
         tok = train_tokenizer("char", "".join(texts.values()))
     else:
         tok = train_tokenizer(unit, texts["train"], vocab_size)
+    return _encoded(name, raw, tok, texts)
+
+
+def _encoded(
+    name: str, raw: RawSplits, tok: Tokenizer, texts: dict[str, str] | None = None
+) -> Corpus:
+    """Every split of `raw` encoded with `tok`."""
+    bytes_per_split = {s: sum(len(p.data) for p in parts) for s, parts in raw.items()}
+    texts = texts or {s: decode_parts(parts) for s, parts in raw.items()}
     splits = {}
     for s, text in texts.items():
         try:
@@ -175,7 +198,7 @@ def build_corpus(
 def load_corpus(
     name: str,
     data_dir: str | Path | None = None,
-    tokenizer: str | None = None,
+    tokenizer: str | Tokenizer | None = None,
     vocab_size: int | None = None,
 ) -> Corpus:
     """Load a named corpus (a key of `CORPORA`) or a text file / folder, tokenized.
@@ -185,7 +208,7 @@ def load_corpus(
             corpus name wins over a same-named path; write `./ptb` for the path).
         data_dir: the data folder for named corpora; default `formers.data.locate.data_dir()`.
         tokenizer: "byte", "char", "word" or "bpe"; default the corpus's own unit ("byte" for
-            paths).
+            paths); or a `Tokenizer` to encode with as it is (a pretrained model's).
         vocab_size: BPE vocabulary size (default 8192) or a cap on the word vocabulary.
     """
     if name in CORPORA:

@@ -397,6 +397,9 @@ TOKENIZERS: dict[str, type[Tokenizer]] = {
 }
 
 DEFAULT_BPE_VOCAB = 8192
+# train.tokenizer of a run whose tokenizer came with its weights (an imported model): the run
+# folder's tokenizer.json, used as it is, never trained on the corpus
+PRETRAINED_TOKENIZER = "pretrained"
 
 
 def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:

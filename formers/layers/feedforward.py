@@ -3,6 +3,8 @@
     FFN(x) = act(x W_1 + b_1) W_2 + b_2          (Eq. 2, act = ReLU in the paper)
 
 Squared ReLU, act(x) = max(x, 0)², is Primer's (So et al. 2021, https://arxiv.org/abs/2109.08668).
+GELU comes exact, x·Φ(x), or in the tanh approximation GPT-2 and BERT were trained with,
+0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Hendrycks & Gimpel 2016, §2): "gelu_tanh".
 Shapes: B batch, T length, D model width, F inner width.
 """
 
@@ -24,10 +26,16 @@ def squared_relu(x: Tensor) -> Tensor:
     return torch.square(F.relu(x))
 
 
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU in its tanh approximation (Hendrycks & Gimpel 2016 §2)."""
+    return F.gelu(x, approximate="tanh")
+
+
 ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "squared_relu": squared_relu,
+    "gelu_tanh": gelu_tanh,
 }
 
 
@@ -37,7 +45,7 @@ class FeedForward(nn.Module):
     Args:
         d_model: model width D.
         d_ff: inner width F.
-        activation: "relu", "gelu" or "squared_relu".
+        activation: "relu", "gelu", "gelu_tanh" or "squared_relu".
         dropout: dropout on the activations (between the projections).
         bias: whether the projections have biases.
     """

@@ -26,7 +26,9 @@ class TrainConfig:
         corpus: a named corpus (see `formers data list`) or a path to a text file or folder.
         data_dir: where named corpora live; default --data-dir, FORMERS_DATA, ../shared/data
             beside a checkout, or the user cache.
-        tokenizer: "byte", "char", "word" or "bpe"; None uses the corpus's own.
+        tokenizer: "byte", "char", "word" or "bpe"; None uses the corpus's own; "pretrained":
+            the tokenizer the run's weights came with (an imported model's, `--init-from`'s),
+            used as it is.
         tokenizer_vocab: BPE vocabulary size (or a cap on word vocabularies).
         batch_size: sequences per optimizer step and process (before accumulation).
         seq_len: tokens per sequence (the segment length of recurrent models).
@@ -215,10 +217,19 @@ def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None)
     Bare keys that are not training keys go to the model, so `d_model=64` works like
     `model.d_model=64`.
     """
+    model_overrides, train_overrides = split_overrides(overrides or {})
+    model = config(preset, **model_overrides)
+    train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
+    return RunConfig(preset=preset, model=model, train=train, explicit=frozenset(model_overrides))
+
+
+def split_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Overrides keyed "model.x", "train.y" or bare, as (model overrides, train overrides)
+    without their prefixes; a bare key goes to training only when no model field has it."""
     model_overrides: dict[str, Any] = {}
     train_overrides: dict[str, Any] = {}
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    for key, value in (overrides or {}).items():
+    for key, value in overrides.items():
         head, _, rest = key.partition(".")
         if head == "train" and rest:
             train_overrides[rest] = value
@@ -228,9 +239,7 @@ def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None)
             train_overrides[head] = value
         else:
             model_overrides[key] = value
-    model = config(preset, **model_overrides)
-    train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
-    return RunConfig(preset=preset, model=model, train=train, explicit=frozenset(model_overrides))
+    return model_overrides, train_overrides
 
 
 def run_config_from_dict(data: dict[str, Any]) -> RunConfig:

@@ -134,6 +134,7 @@ def train(
     resume: bool = False,
     progress: bool = True,
     data: Any | None = None,
+    init: dict[str, torch.Tensor] | None = None,
 ) -> TrainResult:
     """Train `cfg.model` as `cfg.train` says, writing everything into `run_dir`.
 
@@ -147,8 +148,10 @@ def train(
         resume: continue the run in `run_dir` from its latest checkpoint.
         progress: show a progress bar.
         data: the task's data, already loaded (a `Corpus` for language models); None loads it.
+        init: weights a new run starts from instead of fresh ones (`formers.train.init_from`);
+            the optimizer and schedule start fresh all the same.
     """
-    run = start(cfg, Path(run_dir), resume, data)
+    run = start(cfg, Path(run_dir), resume, data, init)
     try:
         result = train_loop(run, progress)
     except BaseException:
@@ -221,7 +224,9 @@ def is_finished(run_dir: Path) -> bool:
     return any(r.get("final") for r in read_metrics(run_dir, "valid"))
 
 
-def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
+def start(
+    cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None, init: dict | None = None
+) -> Run:
     """Set up the process group, the task and its data, the model and the optimizer, take the
     run folder's lock and restore the latest checkpoint when resuming.
 
@@ -253,7 +258,7 @@ def start(cfg: RunConfig, run_dir: Path, resume: bool, data: Any | None) -> Run:
             lock = RunLock(run_dir)
             lock.acquire()
             prepare_folder(run_dir, fresh=checkpoint is None)
-        run = _restore(cfg, run_dir, checkpoint, env, task)
+        run = _restore(cfg, run_dir, checkpoint, env, task, init)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -289,10 +294,14 @@ def _restore(
     checkpoint: Path | None,
     env: distributed.Distributed,
     task: Task,
+    init: dict | None = None,
 ) -> Run:
-    """The model, optimizer and data, from `checkpoint` when resuming."""
+    """The model, optimizer and data, from `checkpoint` when resuming (else from `init`'s
+    weights, when given)."""
     tc = cfg.train
     model = build(cfg.model).to(env.device)
+    if checkpoint is None and init is not None:
+        model.load_state_dict(init)
     sharded = distributed.shards(env, tc.distributed)
     if sharded:  # FSDP shards the model in place; the optimizer then holds the shards
         model = distributed.wrap(model, env, tc.distributed, tc.precision)

@@ -11,6 +11,10 @@ REFERENCE = {
     "relu": lambda h: h.clamp(min=0),
     "gelu": lambda h: 0.5 * h * (1 + torch.erf(h / 2**0.5)),
     "squared_relu": lambda h: h.clamp(min=0) ** 2,  # Primer: max(x, 0)²
+    # GPT-2's tanh approximation (Hendrycks & Gimpel 2016 §2)
+    "gelu_tanh": lambda h: (
+        0.5 * h * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h**3)))
+    ),
 }
 
 

@@ -1,0 +1,23 @@
+"""Pretrained models in: Hugging Face checkpoints as formers models and run folders.
+
+    run = formers.from_pretrained("path/to/gpt2")   # a LoadedRun: run.model, run.tokenizer
+    formers import path/to/gpt2 --run-dir runs/gpt2  # the same, as an ordinary run folder
+
+Reading needs no `transformers`: the weights come from safetensors, or from a PyTorch .bin read
+with `torch.load(weights_only=True)`, which refuses to rebuild anything but tensors.
+
+source.py     where a model is: a local folder, or a hub id fetched with huggingface_hub
+folder.py     a Hugging Face model folder: config.json and the weights (single or sharded)
+tokenizer.py  the folder's tokenizer: tokenizer.json, or vocab.json + merges.txt
+family.py     what a family is: its config mapping and its parameter correspondence
+gpt2.py       GPT2LMHeadModel -> the decoder LM (one module per family, its diff in its
+              docstring)
+registry.py   the families, by the `architectures` (or `model_type`) of config.json
+importer.py   from_pretrained (in memory) and import_pretrained (a run folder)
+"""
+
+from formers.pretrained.errors import PretrainedError
+from formers.pretrained.importer import from_pretrained, import_pretrained
+from formers.pretrained.registry import FAMILIES
+
+__all__ = ["FAMILIES", "PretrainedError", "from_pretrained", "import_pretrained"]

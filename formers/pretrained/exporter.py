@@ -1,0 +1,77 @@
+"""A formers run as a Hugging Face model folder (`formers export RUN --to hf DIR`):
+config.json, model.safetensors and, for a BPE tokenizer, tokenizer.json, which transformers'
+`from_pretrained` loads. Each family's parameter correspondence (the one import reads with)
+maps the weights back; a run no family can express is refused, naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from formers.config import ModelConfig
+from formers.pretrained.errors import PretrainedError
+from formers.pretrained.family import Family
+from formers.pretrained.registry import FAMILIES
+from formers.run import load_run
+
+
+def export_hf(
+    run_dir: str | Path, out: str | Path, checkpoint: int | None = None
+) -> dict[str, Any]:
+    """Write the run's model (its latest checkpoint, or that of step `checkpoint`) to the new
+    or empty folder `out` as a Hugging Face checkpoint; returns what was written."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise PretrainedError(f"{out} is not empty: export into a new or empty folder")
+    run = load_run(run_dir, checkpoint=checkpoint)
+    family = family_of(run.config.model)
+    config = family.hf_config(run.config.model, run.tokenizer)
+    state = run.model.state_dict()
+    tensors: dict[str, Any] = {}
+    for p in family.params(run.config.model):  # a tied matrix is stored once
+        tensors.setdefault(p.hf, p.to_hf(state[p.name]).contiguous())
+    tokenizer = getattr(run.tokenizer, "hf", None)  # a `tokenizers` tokenizer (BPE), if any
+    _write(out, config, tensors, None if tokenizer is None else tokenizer.to_str())
+    return {
+        "out": str(out),
+        "family": family.name,
+        "architectures": config["architectures"],
+        "tokenizer": tokenizer is not None,
+    }
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The first family that can express `cfg`; else the reason the first one gives."""
+    reasons = []
+    for family in {f.name: f for f in FAMILIES.values()}.values():
+        try:
+            family.hf_config(cfg, None)
+            return family
+        except PretrainedError as error:
+            reasons.append(str(error))
+    raise PretrainedError(reasons[0])
+
+
+def _write(out: Path, config: dict, tensors: dict, tokenizer: str | None) -> None:
+    """The folder, written beside `out` and renamed into place: all of it or nothing."""
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        if tokenizer is not None:
+            (tmp / "tokenizer.json").write_text(tokenizer)
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

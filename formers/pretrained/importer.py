@@ -1,0 +1,116 @@
+"""A pretrained checkpoint as a formers model (`from_pretrained`) or run folder
+(`import_pretrained`, the `formers import` command).
+
+Everything is read, mapped and checked in memory first (the config, every tensor and its
+shape, the tokenizer), so a checkpoint that cannot be imported leaves no folder behind. The
+run folder is an ordinary one: config.json, tokenizer.json and a step-0 checkpoint with its
+manifest and checksums, which `formers eval`, `generate` and `convert` read like any run's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from formers.config import ModelConfig
+from formers.data.tokenizers import PRETRAINED_TOKENIZER, Tokenizer
+from formers.models import build
+from formers.pretrained.errors import PretrainedError
+from formers.pretrained.family import HFConfig
+from formers.pretrained.folder import read_config, read_weights
+from formers.pretrained.registry import family_for
+from formers.pretrained.source import locate
+from formers.pretrained.tokenizer import read_tokenizer
+from formers.run import LoadedRun
+from formers.train.checkpoint import TrainState, latest_checkpoint, save_checkpoint
+from formers.train.config import RunConfig, TrainConfig
+from formers.train.run_folder import write_text_atomically
+
+
+def from_pretrained(
+    source: str | Path, device: str | torch.device = "cpu", corpus: str | None = None
+) -> LoadedRun:
+    """A Hugging Face checkpoint as a formers model (eval mode) with its tokenizer.
+
+        run = formers.from_pretrained("openai-community/gpt2")   # or a local folder
+        ids = run.tokenizer.encode("Hello")
+        logits = run.model(torch.tensor([ids])).logits
+
+    Args:
+        source: a folder written by `save_pretrained` (config.json, weights, tokenizer files),
+            or a hub id, fetched with huggingface_hub when it is installed and online.
+        device: where to put the model.
+        corpus: the corpus its run config names (what `formers eval` of an imported run
+            scores); default the training default.
+    """
+    folder = locate(source)
+    hf_config = read_config(folder)
+    family = family_for(hf_config, folder)
+    cfg = family.model_config(HFConfig(hf_config, folder, family.defaults))
+    weights = family.state_dict(read_weights(folder), cfg, str(folder))
+    model = build(cfg)
+    _check_shapes(model, weights, folder)
+    model.load_state_dict(weights)
+    tokenizer = read_tokenizer(folder, family.special_tokens)
+    _check_vocabulary(tokenizer, cfg, folder)
+    run_cfg = RunConfig(preset="vanilla", model=cfg, train=_train_config(cfg, corpus))
+    return LoadedRun(folder, run_cfg, model.to(device).eval(), tokenizer, step=0)
+
+
+def import_pretrained(source: str | Path, run_dir: str | Path, corpus: str | None = None) -> Path:
+    """Write a Hugging Face checkpoint as a formers run folder; returns its checkpoint.
+
+    Args:
+        source: a model folder or hub id (see `from_pretrained`).
+        run_dir: a new or empty folder for the run.
+        corpus: the corpus `formers eval` of the run scores (see `from_pretrained`).
+    """
+    run_dir = Path(run_dir)
+    if latest_checkpoint(run_dir) is not None or (run_dir.is_dir() and any(run_dir.iterdir())):
+        raise PretrainedError(f"{run_dir} is not empty: import into a new or empty folder")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise PretrainedError(f"{run_dir} is a file: import into a new or empty folder")
+    run = from_pretrained(source, corpus=corpus)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config = run.config.to_dict()
+        write_text_atomically(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
+        write_text_atomically(run_dir / "tokenizer.json", json.dumps(run.tokenizer.to_dict()))
+        return save_checkpoint(
+            run_dir, model=run.model, optimizer=None, config=config, state=TrainState(step=0)
+        )
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _train_config(cfg: ModelConfig, corpus: str | None) -> TrainConfig:
+    """What a run of the imported model evaluates and fine-tunes with: its own tokenizer, and
+    windows as long as its positions reach."""
+    fields = {"tokenizer": PRETRAINED_TOKENIZER, "seq_len": cfg.max_len}
+    if corpus is not None:
+        fields["corpus"] = corpus
+    return TrainConfig(**fields)
+
+
+def _check_shapes(model: torch.nn.Module, weights: dict, folder: Path) -> None:
+    expected = model.state_dict()
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise PretrainedError(
+                f"the weights of {folder} do not fit its config.json: {name} is "
+                f"{tuple(tensor.shape)}, the config makes it {tuple(expected[name].shape)}"
+            )
+
+
+def _check_vocabulary(tokenizer: Tokenizer, cfg: ModelConfig, folder: Path) -> None:
+    if tokenizer.vocab_size > cfg.vocab_size:
+        raise PretrainedError(
+            f"the tokenizer of {folder} has {tokenizer.vocab_size} tokens, more than the "
+            f"model's vocab_size={cfg.vocab_size}: the tokenizer files belong to another model"
+        )

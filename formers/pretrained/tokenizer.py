@@ -1,0 +1,62 @@
+"""A model folder's tokenizer, as the `tokenizers` library reads it: tokenizer.json, or GPT-2's
+original vocab.json + merges.txt (byte-level BPE), built as `transformers` builds its fast
+tokenizer from them. Either becomes formers' `BPETokenizer`, stored in the run folder whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from formers.data.tokenizers import BPETokenizer
+from formers.pretrained.errors import PretrainedError
+
+TOKENIZER_FILE = "tokenizer.json"
+VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE)
+
+
+def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> BPETokenizer:
+    """The folder's tokenizer; `special_tokens` are the vocabulary entries that vocab.json +
+    merges.txt leave unmarked but that the model's tokenizer treats as special (GPT-2's
+    <|endoftext|>: text that spells it is that one token)."""
+    from tokenizers import Tokenizer
+
+    path = folder / TOKENIZER_FILE
+    if path.is_file():
+        try:
+            return BPETokenizer(Tokenizer.from_file(str(path)))
+        except Exception as error:  # the library raises plain Exceptions for bad JSON
+            raise PretrainedError(f"{path} is not a tokenizers file ({error})") from None
+    if (folder / VOCAB_FILE).is_file() and (folder / MERGES_FILE).is_file():
+        return _byte_level_bpe(folder, special_tokens)
+    raise PretrainedError(
+        f"{folder} has no tokenizer ({TOKENIZER_FILE}, or {VOCAB_FILE} + {MERGES_FILE}): copy "
+        "the model's tokenizer files into it"
+    )
+
+
+def _byte_level_bpe(folder: Path, special_tokens: tuple[str, ...]) -> BPETokenizer:
+    """vocab.json + merges.txt as transformers' GPT2Tokenizer reads them."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+    try:
+        bpe = models.BPE.from_file(
+            str(folder / VOCAB_FILE),
+            str(folder / MERGES_FILE),
+            dropout=None,
+            continuing_subword_prefix="",
+            end_of_word_suffix="",
+            fuse_unk=False,
+        )
+    except Exception as error:
+        raise PretrainedError(
+            f"{folder}/{VOCAB_FILE} and {MERGES_FILE} do not make a BPE vocabulary ({error})"
+        ) from None
+    hf = Tokenizer(bpe)
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    vocab = hf.get_vocab()
+    hf.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in special_tokens if t in vocab]
+    )
+    return BPETokenizer(hf)
