@@ -59,9 +59,9 @@ def compare_args(out, corpus, *presets, **extra):
 
 
 def table_rows(report: str) -> dict[str, list[str]]:
-    """The first table of report.md, as preset -> cells."""
+    """The first table of report.md, as arm -> cells."""
     lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| preset |")) + 2
+    start = next(i for i, line in enumerate(lines) if line.startswith("| arm |")) + 2
     rows = {}
     for line in lines[start:]:
         if not line.startswith("|"):
