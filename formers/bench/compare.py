@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from formers.bench.compare_eval import evaluate_run, save_result
+from formers.bench.compare_eval import evaluate_run, peak_train_memory, save_result
 from formers.bench.compare_report import CompareReport, write_report
 from formers.bench.compare_spec import (
     RUNS_DIR,
@@ -29,9 +29,11 @@ from formers.bench.compare_spec import (
     CompareSpec,
     eval_path,
     load_spec,
+    memory_path,
     run_path,
     spec_differences,
 )
+from formers.bench.memory import METHOD
 from formers.bench.plots import pyplot
 from formers.bench.run_metrics import is_complete
 from formers.errors import FormersError
@@ -114,6 +116,8 @@ def _pending(spec: CompareSpec, out: Path, key: RunKey) -> bool:
     arm, context, seed = key
     if not is_complete(run_path(out, arm, seed, context)):
         return True
+    if not memory_path(out, arm, context).exists():
+        return True
     return any(
         not eval_path(out, arm, seed, context, e.name).exists()
         for e in spec.evaluations
@@ -194,8 +198,12 @@ def _train_one(
 def _evaluate_one(
     spec: CompareSpec, out: Path, key: RunKey, label: str, corpus: Any, progress: bool
 ) -> None:
-    """The spec's evaluations of one finished run that have not run yet."""
+    """The peak memory and the spec's evaluations of one finished run, those not done yet."""
     arm, context, seed = key
+    memory = memory_path(out, arm, context)
+    if not memory.exists():  # once per arm and context: the seed does not change it
+        peak = peak_train_memory(run_path(out, arm, seed, context))
+        save_result(memory, {"peak_train_memory_bytes": peak, "method": METHOD})
     for evaluation in (e for e in spec.evaluations if e.applies_to(arm)):
         path = eval_path(out, arm, seed, context, evaluation.name)
         if path.exists():

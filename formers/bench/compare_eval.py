@@ -237,3 +237,30 @@ def save_result(path: Path, result: dict[str, Any]) -> None:
 def read_result(path: Path) -> dict[str, Any] | None:
     """A saved evaluation's result, or None when it has not run yet."""
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def peak_train_memory(run_dir: Path) -> int | None:
+    """Peak bytes of live tensors during one training step of the run's model at its batch
+    size and context, on its device and precision: `formers bench`'s measure
+    (`formers.bench.memory`), not process RSS. None for models the benchmark's workloads do not
+    cover (translation)."""
+    import torch
+
+    from formers.bench.memory import peak_bytes
+    from formers.bench.workloads import TrainStep
+    from formers.devices import resolve_device
+    from formers.models import build
+    from formers.run import read_run_config
+    from formers.train.precision import resolve_precision
+
+    cfg = read_run_config(run_dir)
+    if cfg.model.arch not in ("decoder", "encoder"):
+        return None
+    tc = cfg.train
+    device = resolve_device(tc.device, "train.device")
+    torch.manual_seed(tc.seed)
+    model = build(cfg.model).to(device)
+    precision = resolve_precision(tc.precision, device)
+    step = TrainStep(model, tc.batch_size, tc.seq_len, precision, device, tc)
+    step()  # the optimizer's state exists from the first step on, as in training
+    return peak_bytes(step, step.live_tensors(), device)

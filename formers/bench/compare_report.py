@@ -14,7 +14,7 @@ from typing import Any
 
 from formers.bench.compare_eval import read_result
 from formers.bench.compare_html import Table, html_page
-from formers.bench.compare_spec import SPEC_FILE, eval_path, load_spec, run_path
+from formers.bench.compare_spec import SPEC_FILE, eval_path, load_spec, memory_path, run_path
 from formers.bench.plots import line_plot
 from formers.bench.run_metrics import (
     crossing,
@@ -30,6 +30,7 @@ UNIT_BITS = {"byte": "bits/byte", "char": "bits/char", "word": "bits/word", "bpe
 MEAN_FIELDS = (
     "params",
     "tokens_per_s",
+    "peak_train_memory_bytes",
     "steps",
     "train_seconds",
     "best_valid_loss",
@@ -64,6 +65,7 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
         for e in spec.evaluations
         if e.applies_to(arm)
     }
+    memory = read_result(memory_path(out, arm, context)) or {}
     return {
         "arm": arm,
         "preset": spec.arm(arm).preset,
@@ -73,6 +75,7 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
         "complete": final is not None,
         "params": parameter_count(path),
         "tokens_per_s": tokens_per_second(path),
+        "peak_train_memory_bytes": memory.get("peak_train_memory_bytes"),
         "steps": last.get("step"),
         "train_seconds": last.get("seconds"),
         "best_valid_loss": min((p["loss"] for p in curve), default=None),
@@ -191,6 +194,10 @@ def _num(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _mib(value: float | None) -> str:
+    return _num(None if value is None else value / 2**20, ",.1f")
+
+
 def _reach_cells(r: dict[str, Any] | None) -> list[str]:
     if r is None:
         return ["–", "–"]
@@ -249,6 +256,7 @@ def table(
         "seed",
         "params",
         "tokens/s",
+        "peak train MiB",
         "steps",
         "train s",
         "best valid loss",
@@ -268,6 +276,7 @@ def table(
                 str(seeds[0]) if len(seeds) == 1 else f"mean of {len(seeds)}",
                 _num(r["params"], ",.0f"),
                 _num(r["tokens_per_s"], ",.0f"),
+                _mib(r["peak_train_memory_bytes"]),
                 _num(r["steps"], ".0f"),
                 _num(r["train_seconds"], ".1f"),
                 _num(r["best_valid_loss"], ".4f"),
@@ -284,7 +293,8 @@ def table(
 def context_table(summary: dict[str, Any], columns: list[EvalColumn]) -> Table:
     """One row per arm, a group of columns per context: the headline numbers side by side."""
     bits = UNIT_BITS.get(summary["unit"] or "", "bits/token")
-    names = ["final valid loss", bits, "tokens/s", "steps", "train s", *eval_header(columns)]
+    names = ["final valid loss", bits, "tokens/s", "peak train MiB", "steps", "train s"]
+    names += eval_header(columns)
     header = ["arm"] + [f"{c}: {name}" for c in summary["contexts"] for name in names]
     cells = []
     for arm in summary["spec"]["arms"]:
@@ -297,6 +307,7 @@ def context_table(summary: dict[str, Any], columns: list[EvalColumn]) -> Table:
                 _num(r["final_valid_loss"], ".4f"),
                 _num(r["final_bits_per_token"], ".4f"),
                 _num(r["tokens_per_s"], ",.0f"),
+                _mib(r["peak_train_memory_bytes"]),
                 _num(r["steps"], ".0f"),
                 _num(r["train_seconds"], ".1f"),
                 *eval_cells(r, columns),
@@ -313,6 +324,9 @@ def notes(summary: dict[str, Any]) -> list[str]:
     return [
         "tokens/s: median over the logged training windows; train s: the trainer's clock "
         "(evaluation excluded).",
+        "peak train MiB: the most bytes held by live tensors during one training step at the "
+        "run's batch size and context (weights, optimizer state, activations; measured as "
+        "formers bench does, once per arm and context; not process RSS).",
         f"best valid loss: the lowest of the evals scored on {scored} (the periodic ones, and "
         "the final one when it scores as many); final: the whole valid split after training; "
         "losses in nats per token.",

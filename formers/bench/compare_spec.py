@@ -338,6 +338,12 @@ def eval_path(out: Path, arm: str, seed: int, context: int | None, name: str) ->
     return Path(out) / EVALS_DIR / run / f"{name}.json"
 
 
+def memory_path(out: Path, arm: str, context: int | None) -> Path:
+    """Where the peak training memory of an arm at a context is saved (one for its seeds)."""
+    arm_dir = run_path(out, arm, 0, context).parent.relative_to(Path(out) / RUNS_DIR)
+    return Path(out) / EVALS_DIR / arm_dir / "peak_train_memory.json"
+
+
 def load_spec(out: Path) -> CompareSpec:
     """The spec saved in a comparison folder."""
     path = Path(out) / SPEC_FILE

@@ -66,27 +66,23 @@ def table(report: str, first: str = "| arm |") -> dict[str, list[str]]:
 
 
 def test_arms_have_their_own_overrides_names_and_folders(tmp_path, corpus, capsys):
-    spec = write_spec(tmp_path / "s.yaml", corpus, arms=["vanilla", WINDOW_4, "longformer"])
+    spec = write_spec(tmp_path / "s.yaml", corpus, arms=["vanilla", WINDOW_4])
     out = tmp_path / "cmp"
     assert compare(spec, out) == 0
     report = (out / "report.md").read_text()
-    assert report.startswith("# vanilla, window-4, longformer on ")
+    assert report.startswith("# vanilla, window-4 on ")
     assert "Baseline: vanilla." in report
     rows = table(report)
-    assert list(rows)[1:] == ["vanilla", "window-4", "longformer"]
-    saved = {
-        arm: json.loads((out / f"runs/{arm}/seed0/config.json").read_text())
-        for arm in ("window-4", "longformer")
-    }
-    assert saved["window-4"]["model"]["attention"]["window"] == 4
-    assert saved["longformer"]["model"]["attention"]["window"] == 256  # the preset's own
-    assert saved["window-4"]["preset"] == "longformer"
+    assert list(rows)[1:] == ["vanilla", "window-4"]
+    saved = json.loads((out / "runs/window-4/seed0/config.json").read_text())
+    assert saved["preset"] == "longformer"
+    assert saved["model"]["attention"]["window"] == 4 != PRESETS["longformer"]().attention.window
+    assert saved["model"]["d_model"] == 32  # the shared overrides apply too
     summary = json.loads((out / "summary.json").read_text())
     by_arm = {r["arm"]: r for r in summary["rows"]}
     assert by_arm["window-4"]["preset"] == "longformer" and summary["baseline"] == "vanilla"
-    # a window of 4 of 16 positions sees less than the whole (window 256) one: another loss
-    assert by_arm["window-4"]["final_valid_loss"] != by_arm["longformer"]["final_valid_loss"]
-    assert rows["window-4"][7] == f"{by_arm['window-4']['final_valid_loss']:.4f}"
+    assert summary["runs"][1]["reach"]["target_loss"] == by_arm["vanilla"]["final_valid_loss"]
+    assert rows["window-4"][8] == f"{by_arm['window-4']['final_valid_loss']:.4f}"
     assert summary["command"] == f"formers compare --spec {spec}"
 
 
@@ -221,9 +217,14 @@ def test_each_context_trains_its_own_runs_and_column_group(tmp_path, corpus):
     ]  # fmt: skip
     loss = {(r["arm"], r["context"]): r["final_valid_loss"] for r in summary["rows"]}
     assert loss["vanilla", 8] != loss["vanilla", 24]
+    memory = {(r["arm"], r["context"]): r["peak_train_memory_bytes"] for r in summary["rows"]}
+    assert memory["vanilla", 24] > memory["vanilla", 8] > 0  # activations grow with the context
     report = (out / "report.md").read_text()
     overview = table(report)
-    assert overview["header"][:3] == ["arm", "8: final valid loss", "8: bits/byte"]
+    assert overview["header"][:5] == [
+        "arm", "8: final valid loss", "8: bits/byte", "8: tokens/s", "8: peak train MiB",
+    ]  # fmt: skip
+    assert overview["vanilla"][4] == f"{memory['vanilla', 8] / 2**20:,.1f}"
     assert "24: final valid loss" in overview["header"]
     column = overview["header"].index("24: final valid loss")
     assert overview["primer-ez"][column] == f"{loss['primer-ez', 24]:.4f}"
