@@ -92,13 +92,10 @@ def load_data(spec: CompareSpec, configs: dict[RunKey, RunConfig], out: Path) ->
     A wrong corpus, a vocabulary it lacks or a split an evaluation names fails here, before
     any folder is made.
     """
-    from formers.data.corpora import load_corpus
-
     pending = [key for key in configs if _pending(spec, out, key)]
     if not pending:
         return None
-    tc = configs[pending[0]].train
-    corpus = load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
+    corpus = task_for(configs[pending[0]]).data  # the task reads its kind of data
     for key in pending:
         task_for(configs[key], corpus)
     splits = getattr(corpus, "splits", None)

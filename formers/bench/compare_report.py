@@ -80,7 +80,7 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
         "train_seconds": last.get("seconds"),
         "best_valid_loss": min((p["loss"] for p in curve), default=None),
         "final_valid_loss": final["loss"] if final else None,
-        "final_bits_per_token": final["bits_per_token"] if final else None,
+        "final_bits_per_token": final.get("bits_per_token") if final else None,
         "final_bits_per_byte": final.get("bits_per_byte") if final else None,
         "final_perplexity": final["perplexity"] if final else None,
         "evaluations": {name: r and r["splits"] for name, r in evaluations.items()},

@@ -295,3 +295,38 @@ def test_the_family_spec_lists_every_causal_lm_preset_at_two_contexts():
     cfg = spec.run_config("switch", 0, context=4096)
     assert (cfg.model.n_layers, cfg.model.d_model, cfg.train.seq_len) == (4, 256, 4096)
     assert cfg.train.time_budget_seconds == 300
+
+
+def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path):
+    from helpers import write_parallel_corpus
+
+    corpus = write_parallel_corpus(tmp_path, n=120)
+    overrides = {
+        "model.n_layers": 1,
+        "model.d_model": 32,
+        "model.n_heads": 2,
+        "model.d_ff": 64,
+        "train.tokenizer_vocab": 300,
+        "train.max_tokens": 64,
+        "train.eval_every": 0,
+        "train.save_every": 2,
+        "train.keep_checkpoints": 2,
+        "train.precision": "fp32",
+    }
+    evaluate = [{"name": "bleu", "average": 2, "beam": 2, "max_len_b": 2, "max_tokens": 20}]
+    spec = write_spec(
+        tmp_path / "s.yaml", corpus, arms=["transformer"], overrides=overrides, evaluate=evaluate
+    )
+    out = tmp_path / "cmp"
+    assert compare(spec, out) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    row, run = summary["rows"][0], summary["runs"][0]
+    scored = row["evaluations"]["bleu"]["valid"]  # means over the seeds
+    assert scored["bleu"] == run["evaluations"]["bleu"]["valid"]["bleu"] is not None
+    assert run["evaluations"]["bleu"]["valid"]["search"].startswith("beam 2,")
+    # the mean of steps 2 and 4 is another model than step 4's
+    assert abs(scored["loss"] - row["final_valid_loss"]) > 1e-4
+    assert (out / "evaluations/transformer/seed0/bleu-avg2/checkpoints").is_dir()
+    cells = table((out / "report.md").read_text())
+    assert cells["header"][-1] == "bleu valid BLEU"
+    assert cells["transformer"][-1] == f"{scored['bleu']:.2f}"
