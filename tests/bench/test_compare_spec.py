@@ -313,7 +313,8 @@ def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path
         "train.keep_checkpoints": 2,
         "train.precision": "fp32",
     }
-    evaluate = [{"name": "bleu", "average": 2, "beam": 2, "max_len_b": 2, "max_tokens": 20}]
+    search = {"beam": 2, "max_len_b": 2, "max_tokens": 20}
+    evaluate = [{"name": "final", **search}, {"name": "bleu", "average": 2, **search}]
     spec = write_spec(
         tmp_path / "s.yaml", corpus, arms=["transformer"], overrides=overrides, evaluate=evaluate
     )
@@ -325,8 +326,8 @@ def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path
     assert scored["bleu"] == run["evaluations"]["bleu"]["valid"]["bleu"] is not None
     assert run["evaluations"]["bleu"]["valid"]["search"].startswith("beam 2,")
     # the mean of steps 2 and 4 is another model than step 4's
-    assert abs(scored["loss"] - row["final_valid_loss"]) > 1e-4
+    assert abs(scored["loss"] - row["evaluations"]["final"]["valid"]["loss"]) > 1e-4
     assert (out / "evaluations/transformer/seed0/bleu-avg2/checkpoints").is_dir()
     cells = table((out / "report.md").read_text())
-    assert cells["header"][-1] == "bleu valid BLEU"
+    assert cells["header"][-2:] == ["final valid BLEU", "bleu valid BLEU"]
     assert cells["transformer"][-1] == f"{scored['bleu']:.2f}"
