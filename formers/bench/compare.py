@@ -62,8 +62,10 @@ def check_folder(spec: CompareSpec, out: Path) -> bool:
         saved = load_spec(out)
         diffs = spec_differences(saved, spec)
         if diffs:
-            again = saved.command() if saved.expressible() else None
-            again = again or f"formers compare --spec {out / SPEC_FILE}"
+            # its own spec file may have changed since: the folder's copy is what it ran
+            again = f"formers compare --spec {out / SPEC_FILE}"
+            if saved.expressible() and saved.source is None:
+                again = saved.command()
             raise FormersError(
                 f"{out} holds a comparison with other settings ({'; '.join(diffs)}): continue "
                 f"it with its own settings ({again} --out {out} on the command line), "

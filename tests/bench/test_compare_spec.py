@@ -331,3 +331,24 @@ def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path
     cells = table((out / "report.md").read_text())
     assert cells["header"][-2:] == ["final valid BLEU", "bleu valid BLEU"]
     assert cells["transformer"][-1] == f"{scored['bleu']:.2f}"
+
+
+def test_a_folder_continues_with_its_saved_spec_after_the_spec_file_changed(
+    tmp_path, corpus, capsys
+):
+    spec = write_spec(tmp_path / "s.yaml", corpus, arms=["vanilla"])
+    out = tmp_path / "cmp"
+    out.mkdir()
+    (out / "compare.json").write_text(json.dumps(load_spec_file(spec).to_dict()))
+    write_spec(spec, corpus, arms=["vanilla"], seeds=[1])  # edited since
+    assert compare(spec, out) == 2
+    err = capsys.readouterr().err
+    assert "seeds: 0 -> 1" in err and f"--spec {out / 'compare.json'} --out {out}" in err
+
+
+def test_a_folder_made_before_arms_had_names_reads_as_the_same_presets(corpus):
+    old = {"presets": ["vanilla", "primer-ez"], "corpus": str(corpus), "seeds": [0],
+           "overrides": TINY}  # fmt: skip
+    now = CompareSpec(("vanilla", "primer-ez"), corpus=str(corpus), overrides=TINY)
+    assert CompareSpec.from_dict(old) == now
+    assert now.command().startswith("formers compare vanilla primer-ez --corpus ")
