@@ -37,7 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", help=f"corpus name or text file/folder (default {DEFAULT_CORPUS})")
     p.add_argument("--seeds", nargs="+", type=int, help="one run per preset and seed (default 0)")
     p.add_argument(
-        "--out", help="report folder (default runs/compare-<corpus>-<presets>, or -<spec name>)"
+        "--out",
+        help="report folder (default runs/compare-<corpus>-<presets>; with --spec, "
+        "runs/compare-<spec file name>)",
     )
     p.add_argument("--data-dir", help="folder of the named corpora")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
