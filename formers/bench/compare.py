@@ -1,12 +1,16 @@
-"""Train several presets on equal terms (corpus, size, seeds, budget), then report side by side.
+"""Train several arms on equal terms (corpus, size, seeds, budget), then report side by side.
 
     spec = CompareSpec(("vanilla", "primer-ez"), corpus="tinyshakespeare", seeds=(0, 1),
                        overrides={"model.d_model": 128, "train.time_budget": "5m"})
     result = run_compare(spec, Path("runs/compare"))   # trains, then writes the report
 
-The output folder holds `compare.json` (the spec), `runs/<preset>/seed<k>/` (ordinary `formers
-train` run folders) and the report (`compare_report.py`). Calling it again with the same spec
-skips finished runs and resumes interrupted ones from their checkpoints.
+An arm is a preset, or a preset with overrides of its own under its own name (`Arm`); a spec
+may list contexts (`train.seq_len` values, each trained and reported on its own) and extra
+evaluations of the trained runs (`compare_eval.py`). The output folder holds `compare.json` (the
+spec), `runs/<arm>/[ctx<L>/]seed<k>/` (ordinary `formers train` run folders), the evaluations'
+results under `evaluations/` and the report (`compare_report.py`). Calling it again with the
+same spec skips finished runs and evaluations and resumes interrupted runs from their
+checkpoints.
 """
 
 from __future__ import annotations
@@ -15,22 +19,30 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from formers.bench.compare_eval import evaluate_run, peak_train_memory, save_result
 from formers.bench.compare_report import CompareReport, write_report
 from formers.bench.compare_spec import (
     RUNS_DIR,
     SPEC_FILE,
     CompareSpec,
+    eval_path,
     load_spec,
+    memory_path,
     run_path,
     spec_differences,
 )
+from formers.bench.memory import METHOD
 from formers.bench.plots import pyplot
 from formers.bench.run_metrics import is_complete
 from formers.errors import FormersError
 from formers.train.checkpoint import latest_checkpoint
+from formers.train.config import RunConfig
 from formers.train.tasks import task_for
 from formers.train.trainer import train
+
+RunKey = tuple[str, int | None, int]  # (arm, context, seed)
 
 
 @dataclass
@@ -50,9 +62,13 @@ def check_folder(spec: CompareSpec, out: Path) -> bool:
         saved = load_spec(out)
         diffs = spec_differences(saved, spec)
         if diffs:
+            # its own spec file may have changed since: the folder's copy is what it ran
+            again = f"formers compare --spec {out / SPEC_FILE}"
+            if saved.expressible() and saved.source is None:
+                again = saved.command()
             raise FormersError(
                 f"{out} holds a comparison with other settings ({'; '.join(diffs)}): continue "
-                f"it with its own settings ({saved.command()} --out {out} on the command line), "
+                f"it with its own settings ({again} --out {out} on the command line), "
                 "or compare in another folder"
             )
         return True
@@ -72,6 +88,42 @@ def prepare_folder(spec: CompareSpec, out: Path) -> None:
         raise FormersError(f"cannot write the comparison folder {out}: {error}") from None
 
 
+def load_data(spec: CompareSpec, configs: dict[RunKey, RunConfig], out: Path) -> Any:
+    """The corpus, loaded once for every run that still has work; None when none has.
+
+    A wrong corpus, a vocabulary it lacks or a split an evaluation names fails here, before
+    any folder is made.
+    """
+    pending = [key for key in configs if _pending(spec, out, key)]
+    if not pending:
+        return None
+    corpus = task_for(configs[pending[0]]).data  # the task reads its kind of data
+    for key in pending:
+        task_for(configs[key], corpus)
+    splits = getattr(corpus, "splits", None)
+    for evaluation in spec.evaluations if splits is not None else ():
+        for split in evaluation.splits:
+            if split not in splits:
+                raise FormersError(
+                    f"evaluation {evaluation.name!r}: {corpus.name} has no split {split!r}: "
+                    f"use splits {' or '.join(splits)}"
+                )
+    return corpus
+
+
+def _pending(spec: CompareSpec, out: Path, key: RunKey) -> bool:
+    arm, context, seed = key
+    if not is_complete(run_path(out, arm, seed, context)):
+        return True
+    if not memory_path(out, arm, context).exists():
+        return True
+    return any(
+        not eval_path(out, arm, seed, context, e.name).exists()
+        for e in spec.evaluations
+        if e.applies_to(arm)
+    )
+
+
 def run_compare(
     spec: CompareSpec,
     out: str | Path,
@@ -80,11 +132,13 @@ def run_compare(
     progress: bool = True,
     plots: bool = True,
 ) -> CompareResult:
-    """Train every (preset, seed) of `spec` into `out`, one after another, then write the report.
+    """Train every (arm, context, seed) of `spec` into `out`, one after another, evaluate each
+    run as `spec.evaluations` say, then write the report.
 
-    Finished runs are skipped and interrupted ones resumed, so an interrupted comparison
-    continues where it stopped when called again. A Ctrl-C (or SIGTERM) during training saves
-    that run's checkpoint and returns with `interrupted=True`, before any report is written.
+    Finished runs and evaluations are skipped and interrupted runs resumed, so an interrupted
+    comparison continues where it stopped when called again. A Ctrl-C (or SIGTERM) during
+    training saves that run's checkpoint and returns with `interrupted=True`, before any report
+    is written.
 
     Args:
         spec: what to train.
@@ -93,44 +147,72 @@ def run_compare(
         progress: show a progress bar per run.
         plots: draw the PNG plots (needs matplotlib).
     """
-    from formers.data.corpora import load_corpus
-
     out = Path(out)
-    configs = {(p, s): spec.run_config(p, s, data_dir) for p in spec.presets for s in spec.seeds}
+    configs = {(a, c, s): spec.run_config(a, s, data_dir, context=c) for a, c, s in spec.runs()}
     if plots:
         pyplot()  # a missing matplotlib fails now, not after hours of training
     check_folder(spec, out)  # a folder of another comparison fails before any work
-    pending = [key for key in configs if not is_complete(run_path(out, *key))]
-    corpus = None
-    if pending:  # loaded once for every run; a wrong corpus fails before a folder is made
-        tc = configs[pending[0]].train
-        corpus = load_corpus(tc.corpus, tc.data_dir, tc.tokenizer, tc.tokenizer_vocab)
-        for key in pending:  # what the data refuses (a vocabulary it lacks) fails here too
-            task_for(configs[key], corpus)
+    corpus = load_data(spec, configs, out)
     prepare_folder(spec, out)
     result = CompareResult(out, [], [], interrupted=False)
-    for index, ((preset, seed), cfg) in enumerate(configs.items(), start=1):
-        path = run_path(out, preset, seed)
-        label = f"[{index}/{len(configs)}] {preset} seed {seed}"
-        if is_complete(path):
-            _say(f"{label}: finished earlier, skipped")
-            result.skipped.append(path)
-            continue
-        resume = latest_checkpoint(path) is not None
-        _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
-        trained = train(cfg, path, resume=resume, progress=progress, data=corpus)
-        result.trained.append(path)
-        if trained.interrupted:
+    for index, (key, cfg) in enumerate(configs.items(), start=1):
+        arm, context, seed = key
+        label = f"[{index}/{len(configs)}] {arm}{'' if context is None else f' context {context}'}"
+        label += f" seed {seed}"
+        if not _train_one(cfg, run_path(out, arm, seed, context), label, corpus, result, progress):
+            return result
+        try:
+            _evaluate_one(spec, out, key, label, corpus, progress)
+        except KeyboardInterrupt:  # nothing half-written: the evaluation runs again next time
             result.interrupted = True
             return result
-        if trained.divergence is not None:
-            raise FormersError(f"{label} in {path}: {trained.divergence.describe()}")
-        _say(
-            f"{label}: step {trained.step}, {trained.train_seconds:.1f}s, "
-            f"valid loss {trained.valid.loss:.4f}"
-        )
     result.report = write_report(out, plots=plots)
     return result
+
+
+def _train_one(
+    cfg: RunConfig, path: Path, label: str, corpus: Any, result: CompareResult, progress: bool
+) -> bool:
+    """Train (or resume, or skip) one run; False when it was interrupted."""
+    if is_complete(path):
+        _say(f"{label}: finished earlier, skipped")
+        result.skipped.append(path)
+        return True
+    resume = latest_checkpoint(path) is not None
+    _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
+    trained = train(cfg, path, resume=resume, progress=progress, data=corpus)
+    result.trained.append(path)
+    if trained.interrupted:
+        result.interrupted = True
+        return False
+    if trained.divergence is not None:
+        raise FormersError(f"{label} in {path}: {trained.divergence.describe()}")
+    _say(
+        f"{label}: step {trained.step}, {trained.train_seconds:.1f}s, "
+        f"valid loss {trained.valid.loss:.4f}"
+    )
+    return True
+
+
+def _evaluate_one(
+    spec: CompareSpec, out: Path, key: RunKey, label: str, corpus: Any, progress: bool
+) -> None:
+    """The peak memory and the spec's evaluations of one finished run, those not done yet."""
+    arm, context, seed = key
+    memory = memory_path(out, arm, context)
+    if not memory.exists():  # once per arm and context: the seed does not change it
+        peak = peak_train_memory(run_path(out, arm, seed, context))
+        save_result(memory, {"peak_train_memory_bytes": peak, "method": METHOD})
+    for evaluation in (e for e in spec.evaluations if e.applies_to(arm)):
+        path = eval_path(out, arm, seed, context, evaluation.name)
+        if path.exists():
+            continue
+        scored = evaluate_run(
+            run_path(out, arm, seed, context), evaluation, corpus, path.parent, progress
+        )
+        save_result(path, scored)
+        losses = ", ".join(f"{s} loss {r['loss']:.4f}" for s, r in scored["splits"].items())
+        _say(f"{label}: evaluation {evaluation.name}: {losses}")
 
 
 def _say(message: str) -> None:

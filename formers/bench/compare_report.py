@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from formers.bench.compare_eval import read_result
 from formers.bench.compare_html import Table, html_page
-from formers.bench.compare_spec import load_spec, run_path
+from formers.bench.compare_spec import SPEC_FILE, eval_path, load_spec, memory_path, run_path
 from formers.bench.plots import line_plot
 from formers.bench.run_metrics import (
     crossing,
@@ -29,6 +30,7 @@ UNIT_BITS = {"byte": "bits/byte", "char": "bits/char", "word": "bits/word", "bpe
 MEAN_FIELDS = (
     "params",
     "tokens_per_s",
+    "peak_train_memory_bytes",
     "steps",
     "train_seconds",
     "best_valid_loss",
@@ -49,28 +51,39 @@ class CompareReport:
     files: list[Path] = field(default_factory=list)
 
 
-def run_summary(out: Path, preset: str, seed: int) -> dict[str, Any]:
-    """Size, speed, losses and curves of one run of a comparison, as far as it got."""
-    path = run_path(out, preset, seed)
+def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> dict[str, Any]:
+    """Size, speed, losses, curves and evaluations of one run of a comparison, as far as it got."""
+    path = run_path(out, arm, seed, context)
     final = final_valid(path)
     curve = valid_curve(path)
     train_records = read_metrics(path, "train")
     last = final or (curve[-1] if curve else None) or (train_records[-1] if train_records else {})
     valid = read_metrics(path, "valid")
+    spec = load_spec(out)
+    evaluations = {
+        e.name: read_result(eval_path(out, arm, seed, context, e.name))
+        for e in spec.evaluations
+        if e.applies_to(arm)
+    }
+    memory = read_result(memory_path(out, arm, context)) or {}
     return {
-        "preset": preset,
+        "arm": arm,
+        "preset": spec.arm(arm).preset,
+        "context": context,
         "seed": seed,
         "run_dir": str(path.relative_to(out)),
         "complete": final is not None,
         "params": parameter_count(path),
         "tokens_per_s": tokens_per_second(path),
+        "peak_train_memory_bytes": memory.get("peak_train_memory_bytes"),
         "steps": last.get("step"),
         "train_seconds": last.get("seconds"),
         "best_valid_loss": min((p["loss"] for p in curve), default=None),
         "final_valid_loss": final["loss"] if final else None,
-        "final_bits_per_token": final["bits_per_token"] if final else None,
+        "final_bits_per_token": final.get("bits_per_token") if final else None,
         "final_bits_per_byte": final.get("bits_per_byte") if final else None,
         "final_perplexity": final["perplexity"] if final else None,
+        "evaluations": {name: r and r["splits"] for name, r in evaluations.items()},
         "curve_eval_tokens": valid[0]["tokens"] if valid else None,
         "valid_curve": curve,
         "train_curve": [{"step": r["step"], "loss": r["loss"]} for r in train_records],
@@ -100,14 +113,19 @@ def _mean(values: list[Any]) -> float | None:
     return None if not values or any(v is None for v in values) else statistics.fmean(values)
 
 
-def aggregate(preset: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One preset's row: the mean over its seeds of every number (None if a seed lacks it)."""
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One arm's row at one context: the mean over its seeds of every number (None if a seed
+    lacks it)."""
+    first = runs[0]
     row: dict[str, Any] = {
-        "preset": preset,
+        "arm": first["arm"],
+        "preset": first["preset"],
+        "context": first["context"],
         "seeds": [r["seed"] for r in runs],
         "complete": all(r["complete"] for r in runs),
     }
     row |= {name: _mean([r[name] for r in runs]) for name in MEAN_FIELDS}
+    row["evaluations"] = _mean_evaluations([r["evaluations"] for r in runs])
     reaches = [r["reach"] for r in runs]
     reached = [r for r in reaches if r and r["reached"]]
     row["reach"] = None
@@ -121,24 +139,51 @@ def aggregate(preset: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-def summarise(out: str | Path) -> dict[str, Any]:
-    """Every run of the comparison in `out` and each preset's row, read back from the runs.
+def _mean_evaluations(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """{evaluation: {split: {metric: mean over seeds}}}; None where a seed has no result."""
+    means: dict[str, Any] = {}
+    for name, first in per_seed[0].items():
+        results = [seed.get(name) for seed in per_seed]
+        if first is None or any(r is None for r in results):
+            means[name] = None
+            continue
+        means[name] = {
+            split: {
+                metric: _mean([r[split][metric] for r in results])
+                for metric, value in values.items()
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            }
+            for split, values in first.items()
+        }
+    return means
 
-    Each run also gets `reach`: where it first reaches the same-seed baseline's final loss.
+
+def summarise(out: str | Path) -> dict[str, Any]:
+    """Every run of the comparison in `out` and each arm's row per context, read back from the
+    runs.
+
+    Each run also gets `reach`: where it first reaches the final loss of the baseline's run of
+    the same seed and context.
     """
     out = Path(out)
     spec = load_spec(out)
-    runs = [run_summary(out, p, s) for p in spec.presets for s in spec.seeds]
-    by_key = {(r["preset"], r["seed"]): r for r in runs}
+    runs = [run_summary(out, a, s, c) for a, c, s in spec.runs()]
+    by_key = {(r["arm"], r["context"], r["seed"]): r for r in runs}
     for run in runs:
-        run["reach"] = reach(run, by_key.get((spec.baseline, run["seed"])))
-    rows = [aggregate(p, [r for r in runs if r["preset"] == p]) for p in spec.presets]
-    tokenizer = run_path(out, spec.baseline, spec.seeds[0]) / "tokenizer.json"
+        run["reach"] = reach(run, by_key.get((spec.baseline, run["context"], run["seed"])))
+    rows = [
+        aggregate([r for r in runs if r["arm"] == arm and r["context"] == context])
+        for context in spec.context_list
+        for arm in spec.names
+    ]
+    baseline = run_path(out, spec.baseline, spec.seeds[0], spec.context_list[0])
+    tokenizer = baseline / "tokenizer.json"
     unit = json.loads(tokenizer.read_text()).get("unit") if tokenizer.exists() else None
     return {
         "spec": spec.to_dict(),
-        "command": spec.command(),
+        "command": spec.command() or f"formers compare --spec {out / SPEC_FILE}",
         "baseline": spec.baseline,
+        "contexts": list(spec.contexts),
         "unit": unit,
         "rows": rows,
         "runs": runs,
@@ -147,6 +192,10 @@ def summarise(out: str | Path) -> dict[str, Any]:
 
 def _num(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
+
+
+def _mib(value: float | None) -> str:
+    return _num(None if value is None else value / 2**20, ",.1f")
 
 
 def _reach_cells(r: dict[str, Any] | None) -> list[str]:
@@ -165,13 +214,49 @@ def _reach_cells(r: dict[str, Any] | None) -> list[str]:
     ]
 
 
-def table(rows: list[dict[str, Any]], unit: str | None, caption: str) -> Table:
-    """Preset rows (per seed, or means over seeds) as formatted cells."""
+EvalColumn = tuple[str, str, str]  # (evaluation, split, metric)
+
+
+def eval_columns(summary: dict[str, Any]) -> list[EvalColumn]:
+    """A column per evaluation and split: its BLEU where it has one (translation), else loss."""
+    columns = []
+    for evaluation in summary["spec"]["evaluate"]:
+        name = evaluation["name"]
+        for split in evaluation["splits"]:
+            scored = [(r["evaluations"].get(name) or {}).get(split) for r in summary["runs"]]
+            bleu = any(result and result.get("bleu") is not None for result in scored)
+            columns.append((name, split, "bleu" if bleu else "loss"))
+    return columns
+
+
+def eval_cells(row: dict[str, Any], columns: list[EvalColumn]) -> list[str]:
+    cells = []
+    for name, split, metric in columns:
+        result = (row["evaluations"].get(name) or {}).get(split) or {}
+        cells.append(_num(result.get(metric), ".2f" if metric == "bleu" else ".4f"))
+    return cells
+
+
+def eval_header(columns: list[EvalColumn]) -> list[str]:
+    return [
+        f"{name} {split} {'BLEU' if metric == 'bleu' else metric}"
+        for name, split, metric in columns
+    ]
+
+
+def table(
+    rows: list[dict[str, Any]],
+    unit: str | None,
+    caption: str,
+    columns: list[EvalColumn] | None = None,
+) -> Table:
+    """Arm rows (per seed, or means over seeds) as formatted cells; `columns`: evaluations."""
     header = [
-        "preset",
+        "arm",
         "seed",
         "params",
         "tokens/s",
+        "peak train MiB",
         "steps",
         "train s",
         "best valid loss",
@@ -180,16 +265,18 @@ def table(rows: list[dict[str, Any]], unit: str | None, caption: str) -> Table:
         "final ppl",
         "steps to baseline",
         "train s to baseline",
+        *eval_header(columns or []),
     ]
     cells = []
     for r in rows:
         seeds = r.get("seeds", [r.get("seed")])
         cells.append(
             [
-                r["preset"] + ("" if r["complete"] else " (unfinished)"),
+                r["arm"] + ("" if r["complete"] else " (unfinished)"),
                 str(seeds[0]) if len(seeds) == 1 else f"mean of {len(seeds)}",
                 _num(r["params"], ",.0f"),
                 _num(r["tokens_per_s"], ",.0f"),
+                _mib(r["peak_train_memory_bytes"]),
                 _num(r["steps"], ".0f"),
                 _num(r["train_seconds"], ".1f"),
                 _num(r["best_valid_loss"], ".4f"),
@@ -197,8 +284,36 @@ def table(rows: list[dict[str, Any]], unit: str | None, caption: str) -> Table:
                 _num(r["final_bits_per_token"], ".4f"),
                 _num(r["final_perplexity"], ",.2f"),
                 *_reach_cells(r["reach"]),
+                *eval_cells(r, columns or []),
             ]
         )
+    return Table(caption, header, cells)
+
+
+def context_table(summary: dict[str, Any], columns: list[EvalColumn]) -> Table:
+    """One row per arm, a group of columns per context: the headline numbers side by side."""
+    bits = UNIT_BITS.get(summary["unit"] or "", "bits/token")
+    names = ["final valid loss", bits, "tokens/s", "peak train MiB", "steps", "train s"]
+    names += eval_header(columns)
+    header = ["arm"] + [f"{c}: {name}" for c in summary["contexts"] for name in names]
+    cells = []
+    for arm in summary["spec"]["arms"]:
+        line = [arm["name"]]
+        for context in summary["contexts"]:
+            r = next(
+                r for r in summary["rows"] if (r["arm"], r["context"]) == (arm["name"], context)
+            )
+            line += [
+                _num(r["final_valid_loss"], ".4f"),
+                _num(r["final_bits_per_token"], ".4f"),
+                _num(r["tokens_per_s"], ",.0f"),
+                _mib(r["peak_train_memory_bytes"]),
+                _num(r["steps"], ".0f"),
+                _num(r["train_seconds"], ".1f"),
+                *eval_cells(r, columns),
+            ]
+        cells.append(line)
+    caption = f"Baseline: {summary['baseline']}; a group of columns per context (train.seq_len)."
     return Table(caption, header, cells)
 
 
@@ -209,13 +324,30 @@ def notes(summary: dict[str, Any]) -> list[str]:
     return [
         "tokens/s: median over the logged training windows; train s: the trainer's clock "
         "(evaluation excluded).",
+        "peak train MiB: the most bytes held by live tensors during one training step at the "
+        "run's batch size and context (weights, optimizer state, activations; measured as "
+        "formers bench does, once per arm and context; not process RSS).",
         f"best valid loss: the lowest of the evals scored on {scored} (the periodic ones, and "
         "the final one when it scores as many); final: the whole valid split after training; "
         "losses in nats per token.",
         f"to baseline: where the valid loss first reaches {summary['baseline']}'s last such "
         "eval (same seed; linear between evals; ≤: already at the first eval), and the share "
         f"of {summary['baseline']}'s steps and seconds that took.",
+        *map(evaluation_note, summary["spec"]["evaluate"]),
     ]
+
+
+def evaluation_note(evaluation: dict[str, Any]) -> str:
+    """What an evaluation's columns scored, in the spec's words."""
+    settings = {k: v for k, v in evaluation.items() if k not in ("name", "splits", "average")}
+    described = ", ".join(f"{k} {v}" for k, v in settings.items()) or "training's settings"
+    source = "the final checkpoint"
+    if evaluation.get("average", 0) > 1:
+        source = f"the mean of the last {evaluation['average']} checkpoints"
+    return (
+        f"{evaluation['name']}: the whole {' and '.join(evaluation['splits'])} split scored from "
+        f"{source} after training, with {described} (at the run's device and precision)."
+    )
 
 
 def tail_ylim(values: list[float]) -> tuple[float, float] | None:
@@ -229,11 +361,14 @@ def tail_ylim(values: list[float]) -> tuple[float, float] | None:
 def draw_plots(summary: dict[str, Any], out: Path) -> list[tuple[str, Path]]:
     """Valid loss vs step and vs training seconds, train loss vs step: (title, PNG) pairs."""
     several = len(summary["spec"]["seeds"]) > 1
+    contexts = len(summary["contexts"]) > 1
     runs = summary["runs"]
 
     def series(curve: str, x: str) -> dict[str, tuple[list[float], list[float]]]:
         return {
-            r["preset"] + (f" seed {r['seed']}" if several else ""): (
+            r["arm"]
+            + (f" @{r['context']}" if contexts else "")
+            + (f" seed {r['seed']}" if several else ""): (
                 [p[x] for p in r[curve]],
                 [p["loss"] for p in r[curve]],
             )
@@ -289,16 +424,34 @@ def markdown(
     return "\n".join(lines)
 
 
+def report_tables(summary: dict[str, Any]) -> list[Table]:
+    """The context overview (several contexts), then per context the means and the seeds."""
+    spec, unit, columns = summary["spec"], summary["unit"], eval_columns(summary)
+    seeds = spec["seeds"]
+    tables = [context_table(summary, columns)] if len(summary["contexts"]) > 1 else []
+    for context in summary["contexts"] or [None]:
+        at = "" if context is None else f"Context {context}: "
+        rows = [r for r in summary["rows"] if r["context"] == context]
+        caption = f"{at}baseline: {summary['baseline']}."
+        caption = caption[0].upper() + caption[1:]
+        if len(seeds) > 1:
+            caption += f" Means over seeds {', '.join(map(str, seeds))}."
+        tables.append(table(rows, unit, caption, columns))
+        if len(seeds) > 1:
+            runs = [r for r in summary["runs"] if r["context"] == context]
+            tables.append(table(runs, unit, f"{at}per seed.".capitalize(), columns))
+    return tables
+
+
 def write_report(out: str | Path, *, plots: bool = True) -> CompareReport:
     """Write summary.json, the PNG plots, report.md and report.html into the comparison folder."""
     out = Path(out)
     summary = summarise(out)
     spec = summary["spec"]
-    title = f"{', '.join(spec['presets'])} on {spec['corpus']}"
-    tables = [table(summary["rows"], summary["unit"], f"Baseline: {summary['baseline']}.")]
-    if len(spec["seeds"]) > 1:
-        tables[0].caption += f" Means over seeds {', '.join(map(str, spec['seeds']))}."
-        tables.append(table(summary["runs"], summary["unit"], "Per seed."))
+    title = f"{', '.join(a['name'] for a in spec['arms'])} on {spec['corpus']}"
+    if summary["contexts"]:
+        title += f" at contexts {', '.join(map(str, summary['contexts']))}"
+    tables = report_tables(summary)
     images = draw_plots(summary, out) if plots else []
     text = markdown(
         title,

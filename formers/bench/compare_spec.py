@@ -1,14 +1,17 @@
-"""What a comparison trains (`CompareSpec`), where its runs go, and how two specs differ."""
+"""What a comparison trains (`CompareSpec`: arms × contexts × seeds), where its runs go, and how
+two specs differ."""
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from formers.bench.compare_eval import Evaluation
 from formers.config import did_you_mean
 from formers.errors import ConfigError, FormersError
 from formers.overrides import flatten
@@ -18,110 +21,327 @@ from formers.train.tasks import TASKS
 
 SPEC_FILE = "compare.json"
 RUNS_DIR = "runs"
+EVALS_DIR = "evaluations"
 # Set per run by the comparison itself, never by the shared overrides.
 OWN_KEYS = {"corpus": "--corpus", "seed": "--seeds", "data_dir": "--data-dir"}
+# What each context sets; the budget a spec file must give (`budget:`).
+CONTEXT_KEY = "train.seq_len"
+BUDGET_KEYS = ("train.max_steps", "train.time_budget")
 # Where the data lives and how a run is watched do not change what it computes.
 NOT_COMPARED = ("train.data_dir",)
+# The keys of a spec file (and of compare.json, which is one); "presets" is the arms of folders
+# made before arms had names of their own.
+SPEC_KEYS = ("arms", "corpus", "seeds", "contexts", "overrides", "budget", "evaluate")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One contestant of a comparison: a preset with overrides of its own, under its own name.
+
+    Args:
+        name: the arm's name in the report and its folder; a preset's name alone makes an arm
+            of that preset.
+        preset: the preset it starts from (default: `name`).
+        overrides: "model.x" / "train.y" overrides of this arm alone, applied over the shared
+            ones, e.g. {"model.attention.window": 64}.
+    """
+
+    name: str
+    preset: str = ""
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "preset", self.preset or self.name)
+        object.__setattr__(self, "overrides", flatten(dict(self.overrides)))
+        if not isinstance(self.name, str) or not NAME.match(self.name):
+            raise ConfigError(
+                f"arm name {self.name!r}: use letters, digits, '.', '_' and '-' (it names a folder)"
+            )
+        if self.preset not in PRESETS:
+            raise ConfigError(
+                f"{self._of()}unknown preset {self.preset!r}"
+                f"{did_you_mean(self.preset, list(PRESETS))}; valid presets: {', '.join(PRESETS)}"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """A preset as it is: what `formers compare PRESET ...` makes."""
+        return self.name == self.preset and not self.overrides
+
+    def _of(self) -> str:
+        return "" if self.name == self.preset else f"arm {self.name!r}: "
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "preset": self.preset, "overrides": dict(self.overrides)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Arm:
+        """A preset name, or a mapping with name, preset and overrides."""
+        if isinstance(data, str):
+            return cls(data)
+        if not isinstance(data, Mapping) or "preset" not in data:
+            raise ConfigError(
+                f"arm {data!r}: give a preset name, or a mapping such as "
+                "{name: window-64, preset: longformer, overrides: {model.attention.window: 64}}"
+            )
+        unknown = sorted(set(data) - {"name", "preset", "overrides"})
+        if unknown:
+            raise ConfigError(
+                f"arm {data.get('name', data['preset'])!r}: unknown key {unknown[0]!r}"
+                f"{did_you_mean(unknown[0], ['name', 'preset', 'overrides'])}; an arm has a "
+                "name, a preset and overrides"
+            )
+        return cls(data.get("name") or data["preset"], data["preset"], data.get("overrides") or {})
 
 
 @dataclass(frozen=True)
 class CompareSpec:
-    """What a comparison trains: each preset once per seed, with the same overrides.
+    """What a comparison trains: each arm once per context and seed, with the same overrides.
 
     Args:
-        presets: preset names; the first is the baseline the others are measured against.
+        arms: `Arm`s, or preset names; the first is the baseline the others are measured
+            against.
         corpus: a named corpus or a text file or folder, the same for every run.
-        seeds: one run per preset and seed (`train.seed`).
+        seeds: one run per arm, context and seed (`train.seed`).
         overrides: shared "model.x" / "train.y" overrides (size, budget: `train.max_steps`,
             `train.time_budget`, evaluation), as for `formers train`.
+        contexts: `train.seq_len` values, each trained and reported on its own; empty: the one
+            the overrides or the presets give.
+        evaluations: extra evaluations of every trained run (`Evaluation`).
+        source: the spec file it was read from (not part of what is compared).
     """
 
-    presets: tuple[str, ...]
+    arms: tuple[Arm, ...]
     corpus: str = "stdlib"
     seeds: tuple[int, ...] = (0,)
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    contexts: tuple[int, ...] = ()
+    evaluations: tuple[Evaluation, ...] = ()
+    source: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "presets", tuple(self.presets))
-        object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
-        object.__setattr__(self, "overrides", dict(self.overrides))
-        if not self.presets:
-            raise ConfigError("compare needs at least one preset (the first is the baseline)")
-        for name in self.presets:
-            if name not in PRESETS:
-                raise ConfigError(
-                    f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
-                    f"valid presets: {', '.join(PRESETS)}"
-                )
-        for what, values in (("preset", self.presets), ("seed", self.seeds)):
-            repeated = sorted({str(v) for v in values if values.count(v) > 1})
-            if repeated:
-                raise ConfigError(f"{what} {', '.join(repeated)} is listed twice: list it once")
-        if not self.seeds:
-            raise ConfigError("compare needs at least one seed, e.g. seeds=(0,)")
-        archs = {name: PRESETS[name]().arch for name in self.presets}
+        arms = (self.arms,) if isinstance(self.arms, str | Arm) else self.arms
+        object.__setattr__(self, "arms", tuple(a if isinstance(a, Arm) else Arm(a) for a in arms))
+        for seed in self.seeds:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ConfigError(f"seed {seed!r} is not an integer: give seeds such as 0 1")
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        object.__setattr__(self, "contexts", tuple(self.contexts))
+        object.__setattr__(self, "overrides", flatten(dict(self.overrides)))
+        object.__setattr__(self, "evaluations", tuple(self.evaluations))
+        self._check_lists()
+        self._check_keys()
+        archs = {arm.name: PRESETS[arm.preset]().arch for arm in self.arms}
         if len(set(archs.values())) > 1:
             listed = ", ".join(f"{name} ({arch})" for name, arch in archs.items())
             raise ConfigError(
                 f"compare measures presets on one task, but {listed} train different ones "
                 "(causal LM, masked LM): compare presets of one arch at a time"
             )
-        for key in self.overrides:
-            name = key.removeprefix("train.")
-            if name in OWN_KEYS:
+        self._check_resolves()
+
+    def _check_lists(self) -> None:
+        if not self.arms:
+            raise ConfigError("compare needs at least one preset (the first is the baseline)")
+        for context in self.contexts:
+            if isinstance(context, bool) or not isinstance(context, int) or context < 1:
                 raise ConfigError(
-                    f"{key} is set by the comparison for every run: use {OWN_KEYS[name]} instead"
+                    f"context {context!r} is not a positive integer: list train.seq_len values, "
+                    "e.g. contexts [1024, 4096]"
                 )
+        listed = (
+            ("arm", self.names, "list it once, or give each its own name"),
+            ("seed", self.seeds, "list it once"),
+            ("context", self.contexts, "list it once"),
+            ("evaluation", tuple(e.name for e in self.evaluations), "give each its own name"),
+        )
+        for what, values, fix in listed:
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                raise ConfigError(f"{what} {', '.join(repeated)} is listed twice: {fix}")
+        if not self.seeds:
+            raise ConfigError("compare needs at least one seed, e.g. seeds=(0,)")
+        for evaluation in self.evaluations:
+            unknown = [a for a in evaluation.arms if a not in self.names]
+            if unknown:
+                raise ConfigError(
+                    f"evaluation {evaluation.name!r}: no arm is named {unknown[0]!r}"
+                    f"{did_you_mean(unknown[0], self.names)}; the arms: {', '.join(self.names)}"
+                )
+
+    def _check_keys(self) -> None:
+        for where, overrides in (
+            ("", self.overrides),
+            *((a._of(), a.overrides) for a in self.arms),
+        ):
+            for key in overrides:
+                name = key.removeprefix("train.")
+                if name in OWN_KEYS:
+                    raise ConfigError(
+                        f"{where}{key} is set by the comparison for every run: use "
+                        f"{OWN_KEYS[name]} instead"
+                    )
+                if self.contexts and key in (CONTEXT_KEY, "seq_len"):
+                    raise ConfigError(
+                        f"{where}{key} is set by each context ({_words(self.contexts)}): leave "
+                        "it out, or list its values under contexts"
+                    )
+
+    def _check_resolves(self) -> None:
+        """Every run resolves and every evaluation fits its arms, before any work."""
+        for arm in self.arms:
+            for context in self.context_list:
+                cfg = self.run_config(arm.name, self.seeds[0], context=context)
+                for evaluation in self.evaluations:
+                    if evaluation.applies_to(arm.name):
+                        evaluation.check(arm.name, cfg)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The arms' names, the baseline first."""
+        return tuple(arm.name for arm in self.arms)
 
     @property
     def baseline(self) -> str:
-        """The preset every other one is measured against."""
-        return self.presets[0]
+        """The arm every other one is measured against."""
+        return self.arms[0].name
 
-    def run_config(self, preset: str, seed: int, data_dir: str | None = None) -> RunConfig:
-        """The resolved config of one run; only the preset and the seed differ between runs."""
-        overrides = {**self.overrides, "train.corpus": self.corpus, "train.seed": seed}
+    @property
+    def context_list(self) -> tuple[int | None, ...]:
+        """The contexts, or (None,): one context, the one the settings give."""
+        return self.contexts or (None,)
+
+    def arm(self, name: str) -> Arm:
+        return next(arm for arm in self.arms if arm.name == name)
+
+    def run_config(
+        self, arm: str, seed: int, data_dir: str | None = None, context: int | None = None
+    ) -> RunConfig:
+        """The resolved config of one run: the shared overrides, then the arm's own."""
+        own = self.arm(arm)
+        overrides = {**self.overrides, **own.overrides}
+        overrides |= {"train.corpus": self.corpus, "train.seed": seed}
+        if context is not None:
+            overrides[CONTEXT_KEY] = context
         if data_dir is not None:
             overrides["train.data_dir"] = data_dir
-        cfg = run_config(preset, overrides)
+        try:
+            cfg = run_config(own.preset, overrides)
+        except ConfigError as error:
+            raise ConfigError(f"{own._of()}{error}") from None
         if cfg.model.arch not in TASKS:
             raise ConfigError(
-                f"preset {preset!r} builds arch={cfg.model.arch!r}, which has no training task "
-                f"yet; compare trains {' or '.join(TASKS)} models (see `formers presets`)"
+                f"preset {own.preset!r} builds arch={cfg.model.arch!r}, which has no training "
+                f"task yet; compare trains {' or '.join(TASKS)} models (see `formers presets`)"
             )
         return cfg
 
-    def command(self) -> str:
-        """The `formers compare` command line that makes this spec."""
-        words = ["formers", "compare", *self.presets, "--corpus", self.corpus, "--seeds"]
+    def runs(self) -> list[tuple[str, int | None, int]]:
+        """Every (arm, context, seed), in the order they train."""
+        return [(a, c, s) for a in self.names for c in self.context_list for s in self.seeds]
+
+    def command(self) -> str | None:
+        """The command line that makes this spec (None: only a spec file can)."""
+        if self.source is not None:
+            return f"formers compare --spec {shlex.quote(self.source)}"
+        if not self.expressible():
+            return None
+        words = ["formers", "compare", *self.names, "--corpus", self.corpus, "--seeds"]
         words += [str(s) for s in self.seeds]
         for key, value in self.overrides.items():
             words += [f"--{key}", str(value)]
         return " ".join(shlex.quote(w) for w in words)
 
+    def expressible(self) -> bool:
+        """Whether `formers compare PRESET ...` can make this spec."""
+        return all(a.plain for a in self.arms) and not self.contexts and not self.evaluations
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form; `from_dict` reverses it."""
-        return {
-            "presets": list(self.presets),
+        """JSON-able form, a spec file's; `from_dict` reverses it."""
+        data = {
+            "arms": [arm.to_dict() for arm in self.arms],
             "corpus": self.corpus,
             "seeds": list(self.seeds),
+            "contexts": list(self.contexts),
             "overrides": dict(self.overrides),
+            "evaluate": [e.to_dict() for e in self.evaluations],
         }
+        return data | ({"source": self.source} if self.source else {})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompareSpec:
-        """Rebuild a spec saved by `to_dict`."""
+        """A spec from a spec file's keys (or as saved by `to_dict`)."""
+        unknown = sorted(set(data) - {*SPEC_KEYS, "presets", "source"})
+        if unknown:
+            raise ConfigError(
+                f"unknown key {unknown[0]!r}{did_you_mean(unknown[0], SPEC_KEYS)}; the keys "
+                f"of a spec: {', '.join(SPEC_KEYS)}"
+            )
+        overrides = _mapping(data, "overrides") | _budget(data)
+        budget = overrides.get(BUDGET_KEYS[1])
+        if isinstance(budget, int | float) and not isinstance(budget, bool):
+            overrides[BUDGET_KEYS[1]] = f"{budget}s"  # YAML reads 300 as a number, not "300s"
+        evaluations = data.get("evaluate") or []
+        if not isinstance(evaluations, list):
+            raise ConfigError("evaluate is a list of evaluations: evaluate: [{name: ..., ...}]")
         return cls(
-            presets=tuple(data["presets"]),
-            corpus=data.get("corpus", "stdlib"),
-            seeds=tuple(data.get("seeds", (0,))),
-            overrides=data.get("overrides", {}),
+            arms=tuple(Arm.from_dict(a) for a in _list(data, "arms", data.get("presets"))),
+            corpus=str(data.get("corpus", "stdlib")),
+            seeds=tuple(_list(data, "seeds", (0,))),
+            overrides=overrides,
+            contexts=tuple(_list(data, "contexts", ())),
+            evaluations=tuple(Evaluation.from_dict(e) for e in evaluations),
+            source=data.get("source"),
         )
 
 
-def run_path(out: Path, preset: str, seed: int) -> Path:
-    """The run folder of one (preset, seed) of a comparison."""
-    return Path(out) / RUNS_DIR / preset / f"seed{seed}"
+def _list(data: Mapping[str, Any], key: str, default: Any) -> list[Any]:
+    value = data.get(key, default)
+    value = default if value is None else value
+    if isinstance(value, str | int) and key != "arms":
+        return [value]
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{key} is a list, e.g. {key}: [{'vanilla' if key == 'arms' else 0}]")
+    return list(value)
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key} is a mapping of settings, e.g. {key}: {{model.d_model: 256}}")
+    return flatten(dict(value))
+
+
+def _budget(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The `budget:` mapping as overrides: train.max_steps and/or train.time_budget."""
+    budget = _mapping(data, "budget")
+    budget = {k if k.startswith("train.") else f"train.{k}": v for k, v in budget.items()}
+    for key in budget:
+        if key not in BUDGET_KEYS:
+            raise ConfigError(
+                f"budget: {key} is not a budget: give {' and/or '.join(BUDGET_KEYS)} (other "
+                "settings go under overrides)"
+            )
+    return budget
+
+
+def run_path(out: Path, arm: str, seed: int, context: int | None = None) -> Path:
+    """The run folder of one (arm, context, seed) of a comparison."""
+    arm_dir = Path(out) / RUNS_DIR / arm
+    return (arm_dir if context is None else arm_dir / f"ctx{context}") / f"seed{seed}"
+
+
+def eval_path(out: Path, arm: str, seed: int, context: int | None, name: str) -> Path:
+    """Where the result of one evaluation of one run is saved."""
+    run = run_path(out, arm, seed, context).relative_to(Path(out) / RUNS_DIR)
+    return Path(out) / EVALS_DIR / run / f"{name}.json"
+
+
+def memory_path(out: Path, arm: str, context: int | None) -> Path:
+    """Where the peak training memory of an arm at a context is saved (one for its seeds)."""
+    arm_dir = run_path(out, arm, 0, context).parent.relative_to(Path(out) / RUNS_DIR)
+    return Path(out) / EVALS_DIR / arm_dir / "peak_train_memory.json"
 
 
 def load_spec(out: Path) -> CompareSpec:
@@ -135,25 +355,42 @@ def load_spec(out: Path) -> CompareSpec:
 def spec_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
     """What differs between two specs, as "field: saved -> now" lines; empty when the same.
 
-    Overrides are compared resolved, so `--train.lr 1e-3` and `--train.lr 0.001` agree.
+    Overrides are compared resolved, so `--train.lr 1e-3` and `--train.lr 0.001` agree; a
+    change that only some arms see is named with the arm.
     """
     diffs = [
         f"{name}: {_words(getattr(saved, name))} -> {_words(getattr(spec, name))}"
-        for name in ("presets", "corpus", "seeds")
+        for name in ("names", "corpus", "seeds", "contexts")
         if getattr(saved, name) != getattr(spec, name)
     ]
-    changed: dict[str, str] = {}
-    for preset in (p for p in spec.presets if p in saved.presets):
+    diffs = [d.replace("names:", "arms:", 1) for d in diffs]
+    before = {e.name: e.to_dict() for e in saved.evaluations}
+    after = {e.name: e.to_dict() for e in spec.evaluations}
+    for name in sorted(before.keys() | after.keys()):
+        if before.get(name) != after.get(name):
+            diffs.append(f"evaluation {name}: {before.get(name)} -> {after.get(name)}")
+    return diffs + _setting_differences(saved, spec)
+
+
+def _setting_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
+    common = [name for name in spec.names if name in saved.names]
+    changes: dict[str, dict[str, str]] = {}  # key -> arm -> "before -> after"
+    for name in common:
         try:
-            before = flatten(saved.run_config(preset, 0).to_dict())
+            before = flatten(saved.run_config(name, 0).to_dict())
         except ConfigError as error:  # the library changed under the saved spec
-            diffs.append(f"the saved settings no longer resolve ({error})")
-            break
-        after = flatten(spec.run_config(preset, 0).to_dict())
+            return [f"the saved settings no longer resolve ({error})"]
+        after = flatten(spec.run_config(name, 0).to_dict())
         for key in sorted(before.keys() | after.keys()):
             if key not in NOT_COMPARED and before.get(key) != after.get(key):
-                changed.setdefault(key, f"{key}: {before.get(key)} -> {after.get(key)}")
-    return diffs + list(changed.values())
+                changes.setdefault(key, {})[name] = f"{before.get(key)} -> {after.get(key)}"
+    lines = []
+    for key, by_arm in changes.items():
+        if len(by_arm) == len(common) and len(set(by_arm.values())) == 1:
+            lines.append(f"{key}: {next(iter(by_arm.values()))}")
+        else:
+            lines += [f"arm {name}: {key}: {change}" for name, change in by_arm.items()]
+    return lines
 
 
 def _words(value: Any) -> str:

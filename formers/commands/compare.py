@@ -1,4 +1,5 @@
-"""`formers compare PRESET [PRESET ...]`: the command-line face of `formers.bench.compare`."""
+"""`formers compare PRESET [PRESET ...]` or `formers compare --spec FILE`: the command-line face
+of `formers.bench.compare`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ Train each preset once per seed on the same corpus with the same overrides (size
 report.html (self-contained), summary.json and loss plots (PNG). The first preset is the
 baseline. Running the same command again skips finished runs and resumes interrupted ones.
 Shared overrides are dotted flags as for `formers train`: --model.d_model 128 --train.lr 3e-4.
+
+--spec FILE reads the comparison from a YAML file instead: arms (a preset, or a name, a
+preset and overrides of its own), shared overrides, corpus, seeds, a budget, contexts
+(train.seq_len values, each reported on its own) and extra evaluations of the trained runs.
+See docs/benchmarks.md ("Comparison specs") and experiments/family-lm.yaml.
 """
+DEFAULT_CORPUS = "stdlib"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,10 +32,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("presets", nargs="+", metavar="PRESET", help="the first is the baseline")
-    p.add_argument("--corpus", default="stdlib", help="corpus name or text file/folder")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0], help="one run per preset and seed")
-    p.add_argument("--out", help="report folder (default runs/compare-<corpus>-<presets>)")
+    p.add_argument("presets", nargs="*", metavar="PRESET", help="the first is the baseline")
+    p.add_argument("--spec", metavar="FILE", help="a YAML spec file (instead of PRESET ...)")
+    p.add_argument("--corpus", help=f"corpus name or text file/folder (default {DEFAULT_CORPUS})")
+    p.add_argument("--seeds", nargs="+", type=int, help="one run per preset and seed (default 0)")
+    p.add_argument(
+        "--out",
+        help="report folder (default runs/compare-<corpus>-<presets>; with --spec, "
+        "runs/compare-<spec file name>)",
+    )
     p.add_argument("--data-dir", help="folder of the named corpora")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots (no matplotlib needed)")
@@ -40,11 +52,35 @@ def default_out(presets: list[str], corpus: str) -> Path:
     return Path("runs") / f"compare-{Path(corpus).name}-{'-'.join(presets)}"
 
 
-def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.bench.compare import run_compare
+def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, Path]:
+    """The comparison the command line asks for, and its folder."""
+    from formers.bench.compare_file import load_spec_file
     from formers.bench.compare_spec import CompareSpec
     from formers.overrides import parse_overrides
 
+    if args.spec is not None:
+        given = [
+            what
+            for what, value in (
+                ("PRESET", args.presets),
+                ("--corpus", args.corpus),
+                ("--seeds", args.seeds),
+                ("--model./--train. overrides", extra),
+            )
+            if value
+        ]
+        if given:
+            raise FormersError(
+                f"--spec {args.spec} holds the whole comparison: leave {', '.join(given)} out "
+                "(or write them into the spec file)"
+            )
+        out = Path(args.out) if args.out else Path("runs") / f"compare-{Path(args.spec).stem}"
+        return load_spec_file(args.spec), out
+    if not args.presets:
+        raise FormersError(
+            "name the presets to compare (formers compare vanilla primer-ez), or give a spec "
+            "file with --spec FILE"
+        )
     try:
         overrides = parse_overrides(extra)
     except FormersError as error:  # argparse took the flag's value for a preset
@@ -52,8 +88,15 @@ def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
             f"{error} (name the presets first: formers compare vanilla primer-ez "
             "--model.d_model 128)"
         ) from None
-    spec = CompareSpec(tuple(args.presets), args.corpus, tuple(args.seeds), overrides)
-    out = Path(args.out) if args.out else default_out(args.presets, args.corpus)
+    corpus = args.corpus or DEFAULT_CORPUS
+    spec = CompareSpec(tuple(args.presets), corpus, tuple(args.seeds or (0,)), overrides)
+    return spec, Path(args.out) if args.out else default_out(args.presets, corpus)
+
+
+def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
+    from formers.bench.compare import run_compare
+
+    spec, out = spec_from_args(args, extra)
     result = run_compare(
         spec, out, data_dir=args.data_dir, progress=not args.no_progress, plots=not args.no_plots
     )

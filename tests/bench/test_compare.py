@@ -59,9 +59,9 @@ def compare_args(out, corpus, *presets, **extra):
 
 
 def table_rows(report: str) -> dict[str, list[str]]:
-    """The first table of report.md, as preset -> cells."""
+    """The first table of report.md, as arm -> cells."""
     lines = report.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| preset |")) + 2
+    start = next(i for i, line in enumerate(lines) if line.startswith("| arm |")) + 2
     rows = {}
     for line in lines[start:]:
         if not line.startswith("|"):
@@ -82,11 +82,12 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
     rows = table_rows(report)
     assert list(rows) == ["vanilla", "transformer-xl"]
     for cells in rows.values():
-        params, tokens_s, steps = (float(c.replace(",", "")) for c in cells[2:5])
+        params, tokens_s, mib, steps = (float(c.replace(",", "")) for c in cells[2:6])
         assert params > 1000 and tokens_s > 0 and steps == 12
-        best, final, bits, ppl = (float(c.replace(",", "")) for c in cells[6:10])
+        assert mib * 2**20 > 12 * params  # fp32 weights and AdamW's two moments, at least
+        best, final, bits, ppl = (float(c.replace(",", "")) for c in cells[7:11])
         assert 0 < best <= final + 1e-9 and bits > 0 and ppl > 1
-    assert rows["vanilla"][10] != "–"  # the baseline reaches its own final loss
+    assert rows["vanilla"][11] != "–"  # the baseline reaches its own final loss
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["baseline"] == "vanilla" and summary["unit"] == "byte"
