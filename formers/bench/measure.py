@@ -97,51 +97,115 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
     rates = hardware.matmul_rates(device, precision, settings.matmul_size)
     torch.manual_seed(settings.seed)
     models = {name: build(cfg).to(device) for name, cfg in configs.items()}
-    batch, seq_len, n = settings.batch_size, settings.seq_len, settings.repeats
-    train = {k: TrainStep(m, batch, seq_len, precision, device) for k, m in models.items()}
-    infer = {k: InferStep(m, batch, seq_len, precision, device) for k, m in models.items()}
-    gen_len = seq_len - settings.new_tokens
-    gen = {
-        k: GenerateStep(m, batch, gen_len, settings.new_tokens, precision, device)
-        for k, m in models.items()
-        if settings.new_tokens and configs[k].arch == "decoder"
-    }
-    timing = {"repeats": n, "warmup": settings.warmup, "device": device}
-    log(f"timing {len(train)} presets: training steps ...")
-    train_s = interleaved(train, **timing)
-    log("timing inference ...")
-    infer_s = interleaved(infer, **timing)
-    if gen:
-        log("timing cached generation ...")
-        interleaved(gen, **timing)
+    work = _workloads(settings, configs, models, precision, device)
+    seconds = _time_workloads(work, settings, device, log)
     log("measuring peak memory ...")
-    results = {}
-    for name, cfg in configs.items():
-        step = train[name]
-        train_rate, infer_rate = rate(train_s[name], step.tokens), rate(infer_s[name], step.tokens)
-        generation = None
-        if name in gen:
-            generation = rate(gen[name].decode_seconds[-n:], gen[name].tokens)
-            generation.update(prompt_len=gen_len, new_tokens=settings.new_tokens)
-        results[name] = {
-            "preset": name,
-            "arch": cfg.arch,
-            "attention": cfg.attention.kind,
-            "params": sum(p.numel() for p in models[name].parameters()),
-            "train": train_rate,
-            "inference": infer_rate,
-            "generation": generation,
-            "peak_train_memory_bytes": peak_bytes(step, step.live_tensors(), device),
-            "flops": flops.flops_summary(
-                cfg,
-                seq_len,
-                train_rate["tokens_per_second"],
-                infer_rate["tokens_per_second"],
-                rates[precision],
-            ),
-            "config": cfg.to_dict(),
-        }
-    report = {
+    results = {
+        name: _preset_result(name, cfg, work, seconds, settings, rates[precision])
+        for name, cfg in configs.items()
+    }
+    report = _report(settings, configs, device, precision, rates, results)
+    if settings.sweep:
+        report["sweep"] = run_sweep(
+            settings, configs, models, work.train, device, precision, log, rates[precision]
+        )
+    return report
+
+
+@dataclasses.dataclass
+class _Workloads:
+    """Each preset's timed workloads (generation only for decoders, when asked for)."""
+
+    train: dict[str, TrainStep]
+    infer: dict[str, InferStep]
+    generate: dict[str, GenerateStep]
+    device: torch.device
+
+
+def _workloads(
+    settings: BenchSettings,
+    configs: dict[str, ModelConfig],
+    models: dict[str, torch.nn.Module],
+    precision: str,
+    device: torch.device,
+) -> _Workloads:
+    batch, seq_len = settings.batch_size, settings.seq_len
+    gen_len = seq_len - settings.new_tokens
+    return _Workloads(
+        train={k: TrainStep(m, batch, seq_len, precision, device) for k, m in models.items()},
+        infer={k: InferStep(m, batch, seq_len, precision, device) for k, m in models.items()},
+        generate={
+            k: GenerateStep(m, batch, gen_len, settings.new_tokens, precision, device)
+            for k, m in models.items()
+            if settings.new_tokens and configs[k].arch == "decoder"
+        },
+        device=device,
+    )
+
+
+def _time_workloads(
+    work: _Workloads, settings: BenchSettings, device: torch.device, log: Log
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per call by workload ("train", "inference") and preset; generation keeps its
+    decoding seconds in its steps."""
+    timing = {"repeats": settings.repeats, "warmup": settings.warmup, "device": device}
+    log(f"timing {len(work.train)} presets: training steps ...")
+    train_s = interleaved(work.train, **timing)
+    log("timing inference ...")
+    infer_s = interleaved(work.infer, **timing)
+    if work.generate:
+        log("timing cached generation ...")
+        interleaved(work.generate, **timing)
+    return {"train": train_s, "inference": infer_s}
+
+
+def _preset_result(
+    name: str,
+    cfg: ModelConfig,
+    work: _Workloads,
+    seconds: dict[str, dict[str, list[float]]],
+    settings: BenchSettings,
+    matmul_rate: float,
+) -> dict[str, Any]:
+    """One preset's row: rates, peak memory (a training step of its own), FLOPs and config."""
+    step = work.train[name]
+    train_rate = rate(seconds["train"][name], step.tokens)
+    infer_rate = rate(seconds["inference"][name], step.tokens)
+    generation = None
+    if name in work.generate:
+        gen = work.generate[name]
+        generation = rate(gen.decode_seconds[-settings.repeats :], gen.tokens)
+        generation.update(prompt_len=gen.prompt.shape[1], new_tokens=settings.new_tokens)
+    return {
+        "preset": name,
+        "arch": cfg.arch,
+        "attention": cfg.attention.kind,
+        "params": sum(p.numel() for p in step.model.parameters()),
+        "train": train_rate,
+        "inference": infer_rate,
+        "generation": generation,
+        "peak_train_memory_bytes": peak_bytes(step, step.live_tensors(), work.device),
+        "flops": flops.flops_summary(
+            cfg,
+            settings.seq_len,
+            train_rate["tokens_per_second"],
+            infer_rate["tokens_per_second"],
+            matmul_rate,
+        ),
+        "config": cfg.to_dict(),
+    }
+
+
+def _report(
+    settings: BenchSettings,
+    configs: dict[str, ModelConfig],
+    device: torch.device,
+    precision: str,
+    rates: dict[str, float],
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    """The report around the results: machine, settings, matmul rates and methods."""
+    return {
         "machine": hardware.machine_info(device),
         "settings": {
             **dataclasses.asdict(settings),
@@ -160,8 +224,3 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
         "flops_method": (flops.__doc__ or "").strip(),
         "results": results,
     }
-    if settings.sweep:
-        report["sweep"] = run_sweep(
-            settings, configs, models, train, device, precision, log, rates[precision]
-        )
-    return report
