@@ -18,7 +18,13 @@ import torch
 from formers.bench import flops, hardware
 from formers.bench.memory import METHOD, peak_bytes
 from formers.bench.settings import BenchSettings
-from formers.bench.sweep import run_sweep
+from formers.bench.sweep import (
+    full_attention_kind,
+    in_order,
+    one_per_kind,
+    run_sweep,
+    shapes_without_full,
+)
 from formers.bench.timing import interleaved
 from formers.bench.workloads import GenerateStep, InferStep, TrainStep, rate
 from formers.config import ModelConfig, did_you_mean
@@ -43,30 +49,52 @@ def default_presets() -> list[str]:
 def bench_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
     """The config of every preset to run, checked against the settings (errors name the fix)."""
     _check_settings(settings)
-    configs = {}
-    for name in settings.presets or default_presets():
-        if name not in PRESETS:
-            raise FormersError(
-                f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
-                f"formers bench runs: {', '.join(benchable_presets())}"
-            )
-        if PRESETS[name]().arch == "encoder_decoder":
-            raise FormersError(
-                f"preset {name!r} is an encoder–decoder (translation) model, and formers bench "
-                "measures language models over one token stream: leave it out of --presets"
-            )
-        try:
-            cfg = config(name, **settings.overrides)
-        except ConfigError as error:
-            raise FormersError(f"preset {name!r}: {error}") from None
-        longest = max((settings.seq_len, *settings.sweep))
-        if cfg.position == "learned" and longest > cfg.max_len:
-            raise FormersError(
-                f"preset {name!r}: sequences of {longest} tokens pass the {cfg.max_len} positions "
-                f"of its learned position table: pass --model.max_len {longest} or shorter lengths"
-            )
-        configs[name] = cfg
-    return configs
+    return {name: _preset_config(name, settings) for name in settings.presets or default_presets()}
+
+
+def sweep_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
+    """The presets of the length sweep (formers.bench.sweep): per attention kind the first of
+    the named presets (all presets formers bench can run if none are named) using it, and a
+    full-attention preset for each model shape among them; empty without a sweep."""
+    if not settings.sweep:
+        return {}
+    # chosen by the presets' own kinds, so that presets not chosen need not take the overrides
+    names = settings.presets or benchable_presets()
+    chosen = one_per_kind({name: PRESETS[name]() for name in names})
+    full = full_attention_kind()
+    for arch in shapes_without_full(chosen):
+        for name in benchable_presets():
+            cfg = PRESETS[name]()
+            if cfg.arch == arch and cfg.attention.kind == full:
+                chosen[name] = cfg
+                break
+    return in_order({name: _preset_config(name, settings) for name in chosen})
+
+
+def _preset_config(name: str, settings: BenchSettings) -> ModelConfig:
+    """Preset `name` with the settings' overrides, checked (errors name the fix)."""
+    if name not in PRESETS:
+        raise FormersError(
+            f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
+            f"formers bench runs: {', '.join(benchable_presets())}"
+        )
+    if PRESETS[name]().arch == "encoder_decoder":
+        raise FormersError(
+            f"preset {name!r} is an encoder–decoder (translation) model, and formers bench "
+            "measures language models over one token stream: leave it out of --presets"
+        )
+    try:
+        cfg = config(name, **settings.overrides)
+    except ConfigError as error:
+        raise FormersError(f"preset {name!r}: {error}") from None
+    # the sweep sizes its models for each length (sweep.at_length); the main run does not
+    if cfg.position == "learned" and settings.seq_len > cfg.max_len:
+        raise FormersError(
+            f"preset {name!r}: sequences of {settings.seq_len} tokens pass the {cfg.max_len} "
+            f"positions of its learned position table: pass --model.max_len {settings.seq_len} "
+            "or a shorter --seq-len"
+        )
+    return cfg
 
 
 def _check_settings(s: BenchSettings) -> None:
@@ -82,6 +110,11 @@ def _check_settings(s: BenchSettings) -> None:
         )
     if any(length < 1 for length in s.sweep):
         raise FormersError(f"--sweep lengths must be positive, got {list(s.sweep)}")
+    if not s.sweep_time_limit > 0:
+        raise FormersError(
+            f"--sweep-time-limit (sweep_time_limit) {s.sweep_time_limit} must be more than 0 "
+            "seconds"
+        )
     if s.matmul_size is not None and s.matmul_size < 1:
         raise FormersError(f"--matmul-size {s.matmul_size} must be at least 1")
     if s.precision not in ("auto", "fp32", "bf16"):
@@ -106,8 +139,9 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
     }
     report = _report(settings, configs, device, precision, rates, results)
     if settings.sweep:
+        del models, work  # the sweep builds models of its own at each length
         report["sweep"] = run_sweep(
-            settings, configs, models, work.train, device, precision, log, rates[precision]
+            settings, sweep_configs(settings), device, precision, log, rates[precision]
         )
     return report
 
