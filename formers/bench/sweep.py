@@ -185,6 +185,7 @@ def _start(point: _Point, settings: BenchSettings, device: torch.device, precisi
         if not is_out_of_memory(error):
             raise
         point.fail(OUT_OF_MEMORY, _first_line(error))
+        _free(device)
         return
     calls = 1 + max(0, settings.warmup - 1) + settings.repeats  # the first included
     point.projected_seconds = (calls + 1) * point.first_seconds["train"]  # + 1: memory
@@ -280,11 +281,16 @@ def measure_length(
             log(f"  {point.preset}: {point.status} ({point.note})")
     _time(points, settings, device)
     for point in points:
-        point.train = point.infer = None  # free the models before the next length
+        point.train = point.infer = None
+    _free(device)  # before the next length's models
+    return points
+
+
+def _free(device: torch.device) -> None:
+    """Hand back the memory of dropped models (and of a failed allocation's partial work)."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return points
 
 
 def _not_run(cfg: ModelConfig, preset: str, seq_len: int, batch: int, why: dict) -> dict:
@@ -301,15 +307,27 @@ def run_sweep(
     log: Log,
     matmul_rate: float,
 ) -> dict[str, Any]:
-    """Measure each preset of `configs` at every length of `settings.sweep`, shortest first."""
+    """Measure each preset of `configs` at every length of `settings.sweep`, shortest first.
+
+    Args:
+        settings: lengths, repeats, warm-up, time limit, and tokens per batch (batch_size ×
+            seq_len of the main run).
+        configs: preset -> config, e.g. `formers.bench.measure.sweep_configs(settings)`; a
+            preset of each arch with full attention is the reference of the others.
+        device: where the models run.
+        precision: "fp32" or "bf16".
+        log: receives a progress line per length and per preset.
+        matmul_rate: the FLOP/s the achieved FLOP/s is a fraction of.
+    """
     tokens = settings.batch_size * settings.seq_len
     stopped: dict[str, dict] = {}  # preset -> the point where it failed
     runs, start = [], time.perf_counter()
-    for i, length in enumerate(settings.sweep, 1):
+    lengths = sorted(set(settings.sweep))  # shortest first: a failure ends the longer ones
+    for i, length in enumerate(lengths, 1):
         batch = sweep_batch(tokens, length)
         live = {name: cfg for name, cfg in configs.items() if name not in stopped}
         log(
-            f"sweep {i}/{len(settings.sweep)}: seq_len {length}, batch {batch}, "
+            f"sweep {i}/{len(lengths)}: seq_len {length}, batch {batch}, "
             f"{len(live)} presets ({time.perf_counter() - start:.0f} s so far) ..."
         )
         points = {

@@ -167,6 +167,7 @@ def test_peak_memory_counts_live_tensors_once_plus_the_rise():
         (["--train.lr", "1"], "model overrides"),
         (["--gen-tokens", "16"], "--gen-tokens"),
         (["--sweep", "0"], "--sweep"),
+        (["--sweep-time-limit", "0"], "--sweep-time-limit"),
         (["--threads", "0"], "--threads"),
     ],
 )
