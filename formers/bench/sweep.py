@@ -5,7 +5,8 @@ shape among them (causal LM, masked-LM encoder) the first preset with full atten
 reference each kind is compared against: "faster than full from n = ..." is the shortest
 length from which a kind stays ahead of full attention of its shape to the end of the sweep.
 At each length every preset gets a model of its own (seeded alike), sized for the length where
-the config sizes something by `max_len` (a learned position table, Linformer's E and F).
+the config sizes something by `max_len` (a learned position table, projections along the
+sequence).
 The batch shrinks as the length grows so that every batch holds the same number of tokens,
 batch_size × seq_len of the main run (at least one sequence): the per-token work of the linear
 layers stays the same, and what changes with length is the attention's.
