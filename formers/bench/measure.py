@@ -58,9 +58,10 @@ def sweep_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
     full-attention preset for each model shape among them; empty without a sweep."""
     if not settings.sweep:
         return {}
-    # chosen by the presets' own kinds, so that presets not chosen need not take the overrides
-    names = settings.presets or benchable_presets()
-    chosen = one_per_kind({name: PRESETS[name]() for name in names})
+    if settings.presets:
+        chosen = one_per_kind({name: _preset_config(name, settings) for name in settings.presets})
+    else:  # by the presets' own kinds: presets not chosen need not take the overrides
+        chosen = one_per_kind({name: PRESETS[name]() for name in benchable_presets()})
     full = full_attention_kind()
     for arch in shapes_without_full(chosen):
         for name in benchable_presets():
