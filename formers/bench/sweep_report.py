@@ -47,12 +47,13 @@ def _versus(run: Mapping[str, Any], full: Mapping[str, Any] | None, key: str) ->
 def _cells(run: Mapping[str, Any], full: Mapping[str, Any] | None) -> list[str]:
     if run["status"] != OK:
         return ["—"] * 6 + [_note(run)]
+    memory = run["peak_train_memory_bytes"]
     return [
         f"{run['train']['tokens_per_second']:,.0f}",
         _versus(run, full, "train"),
         f"{run['inference']['tokens_per_second']:,.0f}",
         _versus(run, full, "inference"),
-        "—" if run["peak_train_memory_bytes"] is None else f"{_value(run, PARTS[2][0]):,.1f} MiB",
+        "—" if memory is None else f"{memory / 2**20:,.1f} MiB",
         f"{100 * run['training_fraction_of_matmul']:.1f}%",
         "",
     ]
