@@ -18,7 +18,13 @@ import torch
 from formers.bench import flops, hardware
 from formers.bench.memory import METHOD, peak_bytes
 from formers.bench.settings import BenchSettings
-from formers.bench.sweep import run_sweep
+from formers.bench.sweep import (
+    full_attention_kind,
+    in_order,
+    one_per_kind,
+    run_sweep,
+    shapes_without_full,
+)
 from formers.bench.timing import interleaved
 from formers.bench.workloads import GenerateStep, InferStep, TrainStep, rate
 from formers.config import ModelConfig, did_you_mean
@@ -43,30 +49,53 @@ def default_presets() -> list[str]:
 def bench_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
     """The config of every preset to run, checked against the settings (errors name the fix)."""
     _check_settings(settings)
-    configs = {}
-    for name in settings.presets or default_presets():
-        if name not in PRESETS:
-            raise FormersError(
-                f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
-                f"formers bench runs: {', '.join(benchable_presets())}"
-            )
-        if PRESETS[name]().arch == "encoder_decoder":
-            raise FormersError(
-                f"preset {name!r} is an encoder–decoder (translation) model, and formers bench "
-                "measures language models over one token stream: leave it out of --presets"
-            )
-        try:
-            cfg = config(name, **settings.overrides)
-        except ConfigError as error:
-            raise FormersError(f"preset {name!r}: {error}") from None
-        longest = max((settings.seq_len, *settings.sweep))
-        if cfg.position == "learned" and longest > cfg.max_len:
-            raise FormersError(
-                f"preset {name!r}: sequences of {longest} tokens pass the {cfg.max_len} positions "
-                f"of its learned position table: pass --model.max_len {longest} or shorter lengths"
-            )
-        configs[name] = cfg
-    return configs
+    return {name: _preset_config(name, settings) for name in settings.presets or default_presets()}
+
+
+def sweep_configs(settings: BenchSettings) -> dict[str, ModelConfig]:
+    """The presets of the length sweep (formers.bench.sweep): per attention kind the first of
+    the named presets (all presets formers bench can run if none are named) using it, and a
+    full-attention preset for each model shape among them; empty without a sweep."""
+    if not settings.sweep:
+        return {}
+    if settings.presets:
+        chosen = one_per_kind({name: _preset_config(name, settings) for name in settings.presets})
+    else:  # by the presets' own kinds: presets not chosen need not take the overrides
+        chosen = one_per_kind({name: PRESETS[name]() for name in benchable_presets()})
+    full = full_attention_kind()
+    for arch in shapes_without_full(chosen):
+        for name in benchable_presets():
+            cfg = PRESETS[name]()
+            if cfg.arch == arch and cfg.attention.kind == full:
+                chosen[name] = cfg
+                break
+    return in_order({name: _preset_config(name, settings) for name in chosen})
+
+
+def _preset_config(name: str, settings: BenchSettings) -> ModelConfig:
+    """Preset `name` with the settings' overrides, checked (errors name the fix)."""
+    if name not in PRESETS:
+        raise FormersError(
+            f"unknown preset {name!r}{did_you_mean(name, list(PRESETS))}; "
+            f"formers bench runs: {', '.join(benchable_presets())}"
+        )
+    if PRESETS[name]().arch == "encoder_decoder":
+        raise FormersError(
+            f"preset {name!r} is an encoder–decoder (translation) model, and formers bench "
+            "measures language models over one token stream: leave it out of --presets"
+        )
+    try:
+        cfg = config(name, **settings.overrides)
+    except ConfigError as error:
+        raise FormersError(f"preset {name!r}: {error}") from None
+    # the sweep sizes its models for each length (sweep.at_length); the main run does not
+    if cfg.position == "learned" and settings.seq_len > cfg.max_len:
+        raise FormersError(
+            f"preset {name!r}: sequences of {settings.seq_len} tokens pass the {cfg.max_len} "
+            f"positions of its learned position table: pass --model.max_len {settings.seq_len} "
+            "or a shorter --seq-len"
+        )
+    return cfg
 
 
 def _check_settings(s: BenchSettings) -> None:
@@ -82,6 +111,11 @@ def _check_settings(s: BenchSettings) -> None:
         )
     if any(length < 1 for length in s.sweep):
         raise FormersError(f"--sweep lengths must be positive, got {list(s.sweep)}")
+    if not s.sweep_time_limit > 0:
+        raise FormersError(
+            f"--sweep-time-limit (sweep_time_limit) {s.sweep_time_limit} must be more than 0 "
+            "seconds"
+        )
     if s.matmul_size is not None and s.matmul_size < 1:
         raise FormersError(f"--matmul-size {s.matmul_size} must be at least 1")
     if s.precision not in ("auto", "fp32", "bf16"):
@@ -97,51 +131,116 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
     rates = hardware.matmul_rates(device, precision, settings.matmul_size)
     torch.manual_seed(settings.seed)
     models = {name: build(cfg).to(device) for name, cfg in configs.items()}
-    batch, seq_len, n = settings.batch_size, settings.seq_len, settings.repeats
-    train = {k: TrainStep(m, batch, seq_len, precision, device) for k, m in models.items()}
-    infer = {k: InferStep(m, batch, seq_len, precision, device) for k, m in models.items()}
-    gen_len = seq_len - settings.new_tokens
-    gen = {
-        k: GenerateStep(m, batch, gen_len, settings.new_tokens, precision, device)
-        for k, m in models.items()
-        if settings.new_tokens and configs[k].arch == "decoder"
-    }
-    timing = {"repeats": n, "warmup": settings.warmup, "device": device}
-    log(f"timing {len(train)} presets: training steps ...")
-    train_s = interleaved(train, **timing)
-    log("timing inference ...")
-    infer_s = interleaved(infer, **timing)
-    if gen:
-        log("timing cached generation ...")
-        interleaved(gen, **timing)
+    work = _workloads(settings, configs, models, precision, device)
+    seconds = _time_workloads(work, settings, device, log)
     log("measuring peak memory ...")
-    results = {}
-    for name, cfg in configs.items():
-        step = train[name]
-        train_rate, infer_rate = rate(train_s[name], step.tokens), rate(infer_s[name], step.tokens)
-        generation = None
-        if name in gen:
-            generation = rate(gen[name].decode_seconds[-n:], gen[name].tokens)
-            generation.update(prompt_len=gen_len, new_tokens=settings.new_tokens)
-        results[name] = {
-            "preset": name,
-            "arch": cfg.arch,
-            "attention": cfg.attention.kind,
-            "params": sum(p.numel() for p in models[name].parameters()),
-            "train": train_rate,
-            "inference": infer_rate,
-            "generation": generation,
-            "peak_train_memory_bytes": peak_bytes(step, step.live_tensors(), device),
-            "flops": flops.flops_summary(
-                cfg,
-                seq_len,
-                train_rate["tokens_per_second"],
-                infer_rate["tokens_per_second"],
-                rates[precision],
-            ),
-            "config": cfg.to_dict(),
-        }
-    report = {
+    results = {
+        name: _preset_result(name, cfg, work, seconds, settings, rates[precision])
+        for name, cfg in configs.items()
+    }
+    report = _report(settings, configs, device, precision, rates, results)
+    if settings.sweep:
+        del models, work  # the sweep builds models of its own at each length
+        report["sweep"] = run_sweep(
+            settings, sweep_configs(settings), device, precision, log, rates[precision]
+        )
+    return report
+
+
+@dataclasses.dataclass
+class _Workloads:
+    """Each preset's timed workloads (generation only for decoders, when asked for)."""
+
+    train: dict[str, TrainStep]
+    infer: dict[str, InferStep]
+    generate: dict[str, GenerateStep]
+    device: torch.device
+
+
+def _workloads(
+    settings: BenchSettings,
+    configs: dict[str, ModelConfig],
+    models: dict[str, torch.nn.Module],
+    precision: str,
+    device: torch.device,
+) -> _Workloads:
+    batch, seq_len = settings.batch_size, settings.seq_len
+    gen_len = seq_len - settings.new_tokens
+    return _Workloads(
+        train={k: TrainStep(m, batch, seq_len, precision, device) for k, m in models.items()},
+        infer={k: InferStep(m, batch, seq_len, precision, device) for k, m in models.items()},
+        generate={
+            k: GenerateStep(m, batch, gen_len, settings.new_tokens, precision, device)
+            for k, m in models.items()
+            if settings.new_tokens and configs[k].arch == "decoder"
+        },
+        device=device,
+    )
+
+
+def _time_workloads(
+    work: _Workloads, settings: BenchSettings, device: torch.device, log: Log
+) -> dict[str, dict[str, list[float]]]:
+    """Seconds per call by workload ("train", "inference") and preset; generation keeps its
+    decoding seconds in its steps."""
+    timing = {"repeats": settings.repeats, "warmup": settings.warmup, "device": device}
+    log(f"timing {len(work.train)} presets: training steps ...")
+    train_s = interleaved(work.train, **timing)
+    log("timing inference ...")
+    infer_s = interleaved(work.infer, **timing)
+    if work.generate:
+        log("timing cached generation ...")
+        interleaved(work.generate, **timing)
+    return {"train": train_s, "inference": infer_s}
+
+
+def _preset_result(
+    name: str,
+    cfg: ModelConfig,
+    work: _Workloads,
+    seconds: dict[str, dict[str, list[float]]],
+    settings: BenchSettings,
+    matmul_rate: float,
+) -> dict[str, Any]:
+    """One preset's row: rates, peak memory (a training step of its own), FLOPs and config."""
+    step = work.train[name]
+    train_rate = rate(seconds["train"][name], step.tokens)
+    infer_rate = rate(seconds["inference"][name], step.tokens)
+    generation = None
+    if name in work.generate:
+        gen = work.generate[name]
+        generation = rate(gen.decode_seconds[-settings.repeats :], gen.tokens)
+        generation.update(prompt_len=gen.prompt.shape[1], new_tokens=settings.new_tokens)
+    return {
+        "preset": name,
+        "arch": cfg.arch,
+        "attention": cfg.attention.kind,
+        "params": sum(p.numel() for p in step.model.parameters()),
+        "train": train_rate,
+        "inference": infer_rate,
+        "generation": generation,
+        "peak_train_memory_bytes": peak_bytes(step, step.live_tensors(), work.device),
+        "flops": flops.flops_summary(
+            cfg,
+            settings.seq_len,
+            train_rate["tokens_per_second"],
+            infer_rate["tokens_per_second"],
+            matmul_rate,
+        ),
+        "config": cfg.to_dict(),
+    }
+
+
+def _report(
+    settings: BenchSettings,
+    configs: dict[str, ModelConfig],
+    device: torch.device,
+    precision: str,
+    rates: dict[str, float],
+    results: dict[str, Any],
+) -> dict[str, Any]:
+    """The report around the results: machine, settings, matmul rates and methods."""
+    return {
         "machine": hardware.machine_info(device),
         "settings": {
             **dataclasses.asdict(settings),
@@ -160,8 +259,3 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
         "flops_method": (flops.__doc__ or "").strip(),
         "results": results,
     }
-    if settings.sweep:
-        report["sweep"] = run_sweep(
-            settings, configs, models, train, device, precision, log, rates[precision]
-        )
-    return report

@@ -69,3 +69,40 @@ def save_figure(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def line_panels(
+    panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float], bool]]],
+    path: Path,
+    *,
+    xlabel: str,
+    title: str = "",
+) -> Path:
+    """Side-by-side log-log panels, one per ylabel, one line per named (xs, ys, emphasised)
+    series (emphasised: black, thicker, a dash pattern each); one shared legend below them."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.6), squeeze=False)
+    for ax, (ylabel, series) in zip(axes[0], panels.items(), strict=True):
+        black = iter(["-", "--", ":", "-."] * len(series))
+        for name, (xs, ys, emphasised) in series.items():
+            style = (
+                {"color": "black", "linewidth": 2, "linestyle": next(black)} if emphasised else {}
+            )
+            ax.plot(list(xs), list(ys), marker=".", label=name, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ticks = sorted({x for xs, _, _ in series.values() for x in xs})
+        ax.set_xticks(ticks, [f"{x:g}" for x in ticks], rotation=45 if len(ticks) > 5 else 0)
+        ax.xaxis.set_minor_locator(plt.NullLocator())  # the lengths alone, as numbers
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+        ax.grid(alpha=0.3, which="both")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    columns = min(len(labels), 3) or 1
+    fig.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    fig.suptitle(title)
+    rows = -(-len(labels) // columns)
+    fig.tight_layout(rect=(0, 0.045 * rows + 0.02, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

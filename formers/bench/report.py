@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from formers.bench.plots import line_plot, pyplot, save_figure
+from formers.bench.plots import pyplot, save_figure
+from formers.bench.sweep_report import sweep_plot, sweep_text
+from formers.bench.tables import aligned
 
 JSON_NAME, TABLE_NAME = "bench.json", "bench.md"
 
@@ -30,23 +32,6 @@ def mib(value: int | None) -> str:
 def tokens_per_second(part: Mapping[str, Any] | None) -> str:
     """The median tokens/s of a workload's summary, or '—' when it did not run."""
     return "—" if part is None else f"{part['tokens_per_second']:,.0f}"
-
-
-def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1) -> str:
-    """A markdown table padded so that it also reads as plain text; numbers align right."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            cell.ljust(w) if i < text_columns else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = "| " + " | ".join(
-        "-" * (w - 1) + ("-" if i < text_columns else ":") for i, w in enumerate(widths)
-    )
-    return "\n".join([line(header), rule + " |", *(line(row) for row in rows)])
 
 
 def _heading(report: Mapping[str, Any]) -> list[str]:
@@ -97,26 +82,6 @@ def main_table(report: Mapping[str, Any]) -> str:
     return aligned(header, rows, text_columns=2)
 
 
-def sweep_table(sweep: Mapping[str, Any]) -> str:
-    """One row per (attention kind, length), kinds in preset order."""
-    order = {kind: i for i, kind in enumerate(sweep["presets"])}
-    header = ["attention (preset)", "seq_len", "batch", "train tok/s", "infer tok/s"]
-    header += ["peak train mem", "% matmul"]
-    rows = [
-        [
-            f"{run['attention']} ({run['preset']})",
-            str(run["seq_len"]),
-            str(run["batch_size"]),
-            tokens_per_second(run["train"]),
-            tokens_per_second(run["inference"]),
-            mib(run["peak_train_memory_bytes"]),
-            f"{100 * run['training_fraction_of_matmul']:.1f}%",
-        ]
-        for run in sorted(sweep["runs"], key=lambda run: (order[run["attention"]], run["seq_len"]))
-    ]
-    return aligned(header, rows)
-
-
 def format_report(report: Mapping[str, Any]) -> str:
     """Headings, the main table, the sweep table and what the numbers mean."""
     s = report["settings"]
@@ -137,14 +102,7 @@ def format_report(report: Mapping[str, Any]) -> str:
         )
     parts = [*_heading(report), "", main_table(report), "", *notes]
     if "sweep" in report:
-        sweep = report["sweep"]
-        parts += [
-            "",
-            f"sequence-length sweep, {sweep['tokens_per_batch']} tokens per batch "
-            f"({sweep['batch_rule']}):",
-            "",
-            sweep_table(sweep),
-        ]
+        parts += ["", *sweep_text(report["sweep"])]
     return "\n".join(parts) + "\n"
 
 
@@ -169,7 +127,7 @@ def bar_plot(
 
 
 def plot_report(report: Mapping[str, Any], out: Path) -> list[Path]:
-    """tokens_per_s.png for the presets; tokens/s and memory against length for the sweep."""
+    """tokens_per_s.png for the presets; sweep.png for the length sweep."""
     groups = {
         name: {
             part: r[part]["tokens_per_second"]
@@ -179,26 +137,8 @@ def plot_report(report: Mapping[str, Any], out: Path) -> list[Path]:
         for name, r in report["results"].items()
     }
     paths = [bar_plot(groups, out / "tokens_per_s.png", ylabel="tokens/s", title="throughput")]
-    if "sweep" not in report:
-        return paths
-    runs = report["sweep"]["runs"]
-    for key, ylabel, name in (
-        ("train", "training tokens/s", "sweep_train_tokens_per_s.png"),
-        ("inference", "inference tokens/s", "sweep_inference_tokens_per_s.png"),
-        ("peak_train_memory_bytes", "peak training memory (MiB)", "sweep_memory.png"),
-    ):
-        series = {}
-        for kind, preset in report["sweep"]["presets"].items():
-            mine = [run for run in runs if run["preset"] == preset and run[key] is not None]
-            ys = [
-                run[key] / 2**20 if key.endswith("bytes") else run[key]["tokens_per_second"]
-                for run in mine
-            ]
-            series[f"{kind} ({preset})"] = ([run["seq_len"] for run in mine], ys)
-        title = f"{report['sweep']['tokens_per_batch']} tokens per batch"
-        paths.append(
-            line_plot(series, out / name, xlabel="seq_len", ylabel=ylabel, title=title, logx=True)
-        )
+    if "sweep" in report:
+        paths.append(sweep_plot(report["sweep"], out))
     return paths
 
 

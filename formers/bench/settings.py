@@ -32,6 +32,8 @@ class BenchSettings:
         repeats: timed calls per workload and preset.
         warmup: untimed calls first.
         sweep: sequence lengths of the length sweep (empty: none).
+        sweep_time_limit: seconds one sweep point (a preset at a length) may take, projected
+            from its first calls; a preset over it is not run at longer lengths.
         matmul_size: n of the n×n matmuls that measure the machine's rate (None: by device).
         seed: seeds weights and data.
     """
@@ -46,6 +48,7 @@ class BenchSettings:
     repeats: int = 5
     warmup: int = 1
     sweep: tuple[int, ...] = ()
+    sweep_time_limit: float = 600.0
     matmul_size: int | None = None
     seed: int = 0
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from formers.errors import FormersError
 
-DEFAULT_SWEEP = (128, 256, 512, 1024)
+DEFAULT_SWEEP = tuple(512 * 2**i for i in range(7))  # 512 … 32,768
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -49,8 +49,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         nargs="*",
         metavar="LEN",
-        help="also sweep these sequence lengths, one preset per attention kind "
-        f"(bare --sweep: {' '.join(map(str, DEFAULT_SWEEP))})",
+        help="also sweep these sequence lengths: one preset per attention kind (of --presets, "
+        "else of every preset) and full attention to compare with; where each kind gets "
+        f"faster than full attention (bare --sweep: {' '.join(map(str, DEFAULT_SWEEP))})",
+    )
+    p.add_argument(
+        "--sweep-time-limit",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="most seconds one sweep point (a preset at a length) may take, projected from its "
+        "first calls; a preset over it, or out of memory, is not run at longer lengths "
+        "(default: 600)",
     )
     p.add_argument("--matmul-size", type=int, help="n of the n×n rate matmuls")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -88,7 +98,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     import torch
 
     from formers.bench.hardware import resolve_device
-    from formers.bench.measure import bench_configs, run_bench
+    from formers.bench.measure import bench_configs, run_bench, sweep_configs
     from formers.bench.plots import pyplot
     from formers.bench.report import format_report, write_report
     from formers.bench.settings import BenchSettings
@@ -112,12 +122,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         repeats=args.repeats,
         warmup=args.warmup,
         sweep=tuple(sweep or ()),
+        sweep_time_limit=args.sweep_time_limit,
         matmul_size=args.matmul_size,
         seed=args.seed,
     )
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     # settings, device and --out are checked before the folder is made and before measuring
     bench_configs(settings)
+    sweep_configs(settings)
     resolve_precision(settings.precision, resolve_device(settings.device))
     writable_folder(out)
     report = run_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))

@@ -57,26 +57,30 @@ def test_bench_command_writes_table_json_and_plots(tmp_path, capsys):
     assert report["results"]["transformer-xl"]["flops"]["keys_per_query"] == 16 + 128
 
     sweep = report["sweep"]
-    assert sweep["presets"] == {"vanilla": "vanilla", "xl": "transformer-xl"}
+    kinds = {name: p["attention"] for name, p in sweep["presets"].items()}
+    assert kinds == {"vanilla": "vanilla", "transformer-xl": "xl"}
+    assert sweep["full_attention"] == {"decoder": "vanilla"}
     runs = {(run["preset"], run["seq_len"]): run for run in sweep["runs"]}
     assert set(runs) == {(p, n) for p in presets for n in (8, 16)}
     assert [runs["vanilla", n]["batch_size"] for n in (8, 16)] == [4, 2]  # 32 tokens a batch
+    assert all(run["status"] == "ok" for run in runs.values())
     assert all(run["train"]["tokens_per_second"] > 0 for run in runs.values())
     assert all(run["peak_train_memory_bytes"] > 0 for run in runs.values())
+    assert set(sweep["crossings"]) == {"transformer-xl"}  # full attention is the reference
 
     table = (out / "bench.md").read_text()
     assert table in printed
     main_table, sweep_table = table.split("sequence-length sweep")
     rows = [line for line in main_table.splitlines() if line.startswith("| ")]
     assert [row.split("|")[1].strip() for row in rows[2:]] == presets  # after header and rule
+    sweep_table, crossing_table = sweep_table.split("where each kind overtakes")
     rows = [line for line in sweep_table.splitlines() if line.startswith("| ")]
     assert sum(row.startswith("| xl (transformer-xl) ") for row in rows) == 2  # one per length
-    for name in (
-        "tokens_per_s.png",
-        "sweep_train_tokens_per_s.png",
-        "sweep_inference_tokens_per_s.png",
-        "sweep_memory.png",
-    ):
+    rows = [line for line in crossing_table.splitlines() if line.startswith("| ")]
+    assert [[cell.strip() for cell in row.split("|")[1:3]] for row in rows[2:]] == [
+        ["xl (transformer-xl)", "vanilla (vanilla)"]
+    ]
+    for name in ("tokens_per_s.png", "sweep.png"):
         data = (out / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 2000, name
 
@@ -161,6 +165,7 @@ def test_peak_memory_counts_live_tensors_once_plus_the_rise():
         (["--train.lr", "1"], "model overrides"),
         (["--gen-tokens", "16"], "--gen-tokens"),
         (["--sweep", "0"], "--sweep"),
+        (["--sweep-time-limit", "0"], "--sweep-time-limit"),
         (["--threads", "0"], "--threads"),
     ],
 )
