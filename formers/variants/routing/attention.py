@@ -14,15 +14,13 @@ Diff from vanilla:
   - the module reports the commitment loss (`aux_loss`) and metrics (`Reports`), and keeps a
     `RoutingCache` for decoding: past keys and values with their clusters and ranks.
 Our choices, and why:
-  - causal by construction: each token goes to its own nearest centroid (no top-k over the
-    sequence, which makes membership depend on later tokens), and a cluster's members are cut
-    into blocks by rank, which depends only on earlier tokens. The balance that costs: clusters
-    are not forced to the same size; a big cluster spans several blocks (a query sees its
-    cluster's most recent `window` members, not all of them) and a small one pads its block.
-  - no token in several clusters and none left out (each has one nearest centroid), so no
-    scatter-mean of outputs; padding is in no cluster and sees nothing.
-  - a routed query does not attend to its own key (with q = k it has the highest possible score)
-    unless no other key of its cluster is visible; then it attends to itself (no NaN, no zeros).
+  - causal by construction: each token goes to its own nearest centroid (a top-k over the
+    sequence would make membership depend on later tokens), and blocks are cut by rank, which
+    depends only on earlier tokens. The cost: clusters are not balanced; a big one spans several
+    blocks (a query sees its cluster's latest `window` members) and a small one pads its block.
+  - every token is in exactly one cluster, so no scatter-mean of outputs; padding is in none.
+  - a routed query skips its own key (with q = k, the highest possible score) unless it sees no
+    other key of its cluster; then it attends to itself (no NaN, no zeros).
 
 Shapes: B batch, T length, D model width, H heads, L local heads, R routed heads, K head dim,
 C clusters, S keys so far (decoding).
@@ -155,31 +153,17 @@ class RoutingAttention(MultiHeadAttention, Reports):
     ) -> Tensor:
         """The blocked kernels over a whole sequence; `routed` (B, R, T, K) is q[:, L:] (the
         tensor `route` saw: its gradient triggers the centroids' update), in `clusters`."""
-        local, valid = self.local_heads, mask.key_valid
-        dropout = self.dropout if self.training else 0.0
+        local, n_clusters = self.local_heads, self.config.n_clusters
+        shared = dict(causal=mask.causal, key_valid=mask.key_valid)
+        shared["dropout"] = self.dropout if self.training else 0.0
+        v_routed = v[:, local:]
         out = cluster_attention(
-            routed,
-            routed,
-            v[:, local:],
-            clusters,
-            self.config.n_clusters,
-            self.block,
-            causal=mask.causal,
-            exclude_self=True,
-            key_valid=valid,
-            dropout=dropout,
+            routed, routed, v_routed, clusters, n_clusters, self.block, exclude_self=True, **shared
         )  # (B, R, T, K)
         if local == 0:
             return out
-        out_local = local_attention(
-            q[:, :local],
-            k[:, :local],
-            v[:, :local],
-            self.config.local_window,
-            causal=mask.causal,
-            key_valid=valid,
-            dropout=dropout,
-        )  # (B, L, T, K)
+        q, k, v = q[:, :local], k[:, :local], v[:, :local]
+        out_local = local_attention(q, k, v, self.config.local_window, **shared)  # (B, L, T, K)
         return torch.cat([out_local, out], dim=1)
 
     def route(self, x: Tensor, valid: Tensor | None) -> Tensor:
