@@ -104,7 +104,7 @@ def hf_longformer(window: int, n_max: int) -> tuple[nn.Module, Callable]:
 
 def formers_sliding(window: int, n_max: int) -> tuple[nn.Module, Callable] | None:
     try:
-        from formers.variants.longformer.sliding_window import sliding_window_attention
+        from formers.kernels.window import sliding_window_attention
     except ImportError:
         return None
     layer = MultiHeadAttention(D_MODEL, HEADS)

@@ -59,10 +59,10 @@ from formers.bench.memory import peak_rise_bytes
 from formers.bench.plots import pyplot, save_figure
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
+from formers.kernels.window import sliding_window_attention
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
-from formers.variants.longformer import LongformerAttention
-from formers.variants.longformer.sliding_window import sliding_window_attention
+from formers.variants.longformer import LongformerAttention, LongformerConfig
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 # which full-attention row each window is compared with
@@ -167,14 +167,14 @@ def available(module: str) -> bool:
 
 
 def layer_makers(d: int, h: int, w: int) -> dict[str, tuple[bool, Callable[[], nn.Module]]]:
+    def window_layer() -> LongformerAttention:
+        return LongformerAttention(d, h, LongformerConfig(window=w))
+
     return {
         "full-causal": (True, lambda: FormersLayer(MultiHeadAttention(d, h), causal=True)),
         "full": (True, lambda: FormersLayer(MultiHeadAttention(d, h), causal=False)),
-        "window-causal": (
-            True,
-            lambda: FormersLayer(LongformerAttention(d, h, window=w), causal=True),
-        ),
-        "window": (True, lambda: FormersLayer(LongformerAttention(d, h, window=w), causal=False)),
+        "window-causal": (True, lambda: FormersLayer(window_layer(), causal=True)),
+        "window": (True, lambda: FormersLayer(window_layer(), causal=False)),
         "local-attention": (available("local_attention"), lambda: LocalAttentionLayer(d, h, w)),
         "hf-longformer": (available("transformers"), lambda: HFLongformerLayer(d, h, w)),
     }

@@ -39,9 +39,10 @@ from formers.bench.hardware import machine_info
 from formers.bench.memory import peak_bytes
 from formers.bench.plots import pyplot, save_figure
 from formers.bench.timing import interleaved, median
+from formers.kernels.blocks import local_attention
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
-from formers.variants.routing import RoutingAttention, local_attention
+from formers.variants.routing import RoutingAttention, RoutingConfig
 
 CAUSAL = AttentionMask(causal=True)
 
@@ -83,14 +84,10 @@ def candidates(args: argparse.Namespace, length: int) -> dict[str, tuple[nn.Modu
     d, h = args.d_model, args.n_heads
     clusters = max(1, length // args.window)
     out: dict[str, tuple[nn.Module, Callable]] = {}
-    routing = RoutingAttention(
-        d,
-        h,
-        n_clusters=clusters,
-        window=args.window,
-        local_heads=h // 2,
-        local_window=args.local_window,
+    options = RoutingConfig(
+        n_clusters=clusters, window=args.window, local_heads=h // 2, local_window=args.local_window
     )
+    routing = RoutingAttention(d, h, options)
 
     def run_routing(x: Tensor) -> tuple[Tensor, Tensor]:
         y = routing(x, mask=CAUSAL)

@@ -31,7 +31,7 @@ from formers.bench.memory import peak_rise_bytes
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
 from formers.kernels import attention as kernels
-from formers.variants.longformer.sliding_window import (
+from formers.kernels.window import (
     band_reach,
     default_block_size,
     sliding_window_attention,

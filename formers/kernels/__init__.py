@@ -1,9 +1,13 @@
 """Shared attention arithmetic, below every attention kind: pure functions on tensors.
 
-attention.py  masked scaled dot-product attention: the empty-row rule, the one fused-or-explicit
-              decision, mask arithmetic
-blocks.py     blocked band attention: blocks of queries against the run of keys around them
-cost.py       what one token costs an attention layer (the cost model of `formers bench`)
+attention.py       masked scaled dot-product attention: the empty-row rule, the one
+                   fused-or-explicit decision, mask arithmetic
+blocks.py          blocked band attention: blocks of queries against the run of keys around them
+                   (and local blocks, a band of whole blocks)
+window.py          sliding-window attention with dilation and global keys, on the band kernel
+rolling_window.py  the rolling-window decoding step: the keys a causal window can still reach
+clusters.py        attention inside clusters, cut into blocks of their members (gathered)
+cost.py            what one token costs an attention layer (the cost model of `formers bench`)
 
 Nothing here knows a layer, a mask object or a variant.
 """

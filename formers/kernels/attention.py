@@ -7,8 +7,8 @@ Two rules every kind shares, stated once here:
   - one decision between torch's fused kernel and the explicit scores–softmax–matmul
     (`fused_kernel_is_faster`), from the dtype, the device and the number of keys.
 
-The vanilla layer calls it on (B, H, T, S) problems; Longformer's band and Routing's blocks call
-it on batches of small blocks, the rolling window on one query per batch row.
+Full attention calls it on (B, H, T, S) problems; the band and cluster kernels call it on
+batches of small blocks, the rolling window on one query per batch row.
 
 Shapes: ... any leading batch axes (B, H or B·N, H), T queries, S keys, K head dim.
 """

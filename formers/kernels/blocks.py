@@ -8,8 +8,9 @@ global keys, seen by every query from a given position on, join every block's ke
 and global keys share one softmax. All block pairs run as one batch of `masked_attention`, so
 time and memory are O(T·L), never (T, T).
 
-Longformer's exact band (in_block: 0 <= e − a <= left + right) and Routing's local heads
-(blocks of W that see their own and neighbouring blocks) are this kernel with their patterns.
+The exact sliding-window band (in_block: 0 <= e − a <= left + right, `formers.kernels.window`)
+and local blocks (blocks of W that see their own and neighbouring blocks, `local_attention`) are
+this kernel with their patterns.
 
 Shapes: B batch, H heads, T length, K head dim, N blocks, Q queries per block, L keys per block,
 G global keys.
@@ -115,3 +116,45 @@ def _with_global_keys(
         [allowed, sees_global.expand(batch, n_blocks, size, n_global)], dim=-1
     )  # (B, N, Q, L + G)
     return keys, values, allowed
+
+
+def local_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    window: int,
+    *,
+    causal: bool,
+    key_valid: Tensor | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+) -> Tensor:
+    """Blocks of `window` consecutive positions, each attending to itself and the previous block
+    (and the next when not causal): a query at position p sees positions [W·(⌊p/W⌋ − 1), p].
+
+    Args:
+        q, k, v: (B, H, T, K).
+        window: positions per block W.
+        key_valid: (B, T) bool, False at padding.
+
+    Returns:
+        (B, H, T, K)
+    """
+    # Local key e of a block sits W positions before its query e; the previous block is whole,
+    # the own block up to the query (causal), or the previous, own and next blocks whole.
+    left, right = window, 0 if causal else window
+    in_block = torch.ones(window, window + left + right, dtype=torch.bool, device=q.device)
+    if causal:
+        in_block = in_block.tril(left)  # (W, 2W): e − a <= W
+    return band_attention(
+        q,
+        k,
+        v,
+        size=window,
+        left=left,
+        right=right,
+        in_block=in_block,
+        key_valid=key_valid,
+        scale=scale,
+        dropout=dropout,
+    )

@@ -24,7 +24,7 @@ from formers.infer import generate, iter_generate
 from formers.infer.generate import decodes_in_a_window
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.mask import AttentionMask
-from formers.variants.longformer import LongformerAttention, LongformerCache
+from formers.variants.longformer import LongformerAttention, LongformerCache, LongformerConfig
 
 D, HEADS = 16, 4
 PER_HEAD = (1, 2, 3, 1)
@@ -50,14 +50,16 @@ def reference(attn, x, causal, key_valid=None):
         return (torch.softmax(scores, -1) * has_key) @ v
 
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    dilations = attn.dilation if isinstance(attn.dilation, tuple) else (attn.dilation,) * heads
+    options = attn.config
+    dilation = options.dilation
+    dilations = dilation if isinstance(dilation, tuple) else (dilation,) * heads
     bands = []
     for dil in dilations:
         gap = i - j if causal else (i - j).abs()
-        reach = attn.window - 1 if causal else attn.window // 2
+        reach = options.window - 1 if causal else options.window // 2
         bands.append((gap >= 0) & (gap % dil == 0) & (gap <= reach * dil))
     is_global = torch.zeros(batch, length, dtype=torch.bool)
-    is_global[:, [p for p in attn.global_tokens if p < length]] = True
+    is_global[:, [p for p in options.global_tokens if p < length]] = True
     valid = torch.ones(batch, length, dtype=torch.bool) if key_valid is None else key_valid
     is_global &= valid
     past = (j <= i) if causal else torch.ones(length, length, dtype=torch.bool)
@@ -82,7 +84,8 @@ def random_padding(batch, length):
 
 def layer(window, dilation=1, global_tokens=(), seed=0):
     torch.manual_seed(seed)
-    attn = LongformerAttention(D, HEADS, window, dilation, global_tokens).double()
+    options = LongformerConfig(window=window, dilation=dilation, global_tokens=global_tokens)
+    attn = LongformerAttention(D, HEADS, options).double()
     with torch.no_grad():  # non-zero biases, so a bias mix-up shows
         for p in attn.parameters():
             p.add_(0.1 * torch.randn_like(p))
@@ -141,15 +144,15 @@ def test_a_window_covering_the_sequence_is_full_attention(causal, padded):
     vanilla = MultiHeadAttention(D, HEADS).double().eval()
     length = 23
     window = length if causal else 2 * (length - 1)
-    attn = LongformerAttention(D, HEADS, window=window).double().eval()
+    attn = LongformerAttention(D, HEADS, LongformerConfig(window=window)).double().eval()
     attn.load_state_dict(vanilla.state_dict())
     x = torch.randn(2, length, D, dtype=torch.float64)
     key_valid = random_padding(2, length) if padded else None
     mask = AttentionMask(causal=causal, key_valid=key_valid)
     torch.testing.assert_close(attn(x, mask=mask), vanilla(x, mask=mask), rtol=1e-10, atol=1e-12)
-    attn.window = 10_000  # and past the sequence
+    attn.config = LongformerConfig(window=10_000)  # and past the sequence
     torch.testing.assert_close(attn(x, mask=mask), vanilla(x, mask=mask), rtol=1e-10, atol=1e-12)
-    attn.window = 5  # the window is real below that
+    attn.config = LongformerConfig(window=5)  # the window is real below that
     assert not torch.allclose(attn(x, mask=mask), vanilla(x, mask=mask), atol=1e-6)
 
 
@@ -254,7 +257,8 @@ def test_rows_without_keys_stay_finite(name, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_a_layer_with_no_visible_key_outputs_its_bias(dtype):
-    attn = LongformerAttention(D, HEADS, window=3, dilation=PER_HEAD, global_tokens=(0, 5))
+    options = LongformerConfig(window=3, dilation=PER_HEAD, global_tokens=(0, 5))
+    attn = LongformerAttention(D, HEADS, options)
     attn = attn.to(dtype)
     x = torch.randn(2, 12, D, dtype=dtype, requires_grad=True)
     key_valid = torch.ones(2, 12, dtype=torch.bool)
@@ -278,7 +282,7 @@ def test_per_layer_windows_and_command_line_values():
     assert cfg.attention.window == (3, 4) and cfg.attention.dilation == PER_HEAD
     assert cfg.attention.global_tokens == (0, 3)
     assert [cfg.attention_at("decoder", i).window for i in range(2)] == [3, 4]
-    assert [layer.attn.window for layer in formers.build(cfg).layers] == [3, 4]
+    assert [layer.attn.config.window for layer in formers.build(cfg).layers] == [3, 4]
     assert formers.config_from_dict(cfg.to_dict()) == cfg  # JSON lists back to tuples
     one = formers.config(
         "longformer", **{"attention.window": "64", "attention.global_tokens": "[0]"}
@@ -295,7 +299,7 @@ def test_per_layer_windows_and_command_line_values():
         ({"attention.window": "3,4,5"}, "3 entries for a stack of 2 layers"),
         ({"attention.window": "a"}, "attention.window='a' must be an integer"),
         ({"attention.dilation": "1,2"}, "2 entries for n_heads=4"),
-        ({"attention.dilation": 0}, "attention.dilation=0 must be positive"),
+        ({"attention.dilation": 0}, "attention.dilation=0 must be a positive integer"),
         ({"attention.global_tokens": "0,0"}, "must be distinct positions"),
         ({"attention.global_tokens": -1}, "must be distinct positions >= 0"),
     ],
@@ -331,7 +335,8 @@ def test_flops_count_the_window_and_the_global_projections():
 
 
 def test_the_cache_is_a_layer_state_of_its_own():
-    attn = LongformerAttention(D, HEADS, window=5, dilation=PER_HEAD, global_tokens=(2,))
+    options = LongformerConfig(window=5, dilation=PER_HEAD, global_tokens=(2,))
+    attn = LongformerAttention(D, HEADS, options)
     state = attn.new_state()
     assert isinstance(state, LongformerCache) and state.span == 4 * 3 + 1
     with pytest.raises(formers.InputError, match="without padding"):

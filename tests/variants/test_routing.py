@@ -39,7 +39,7 @@ def kmeans_layers(model):
 
 def test_one_cluster_over_all_tokens_is_causal_attention_with_shared_normalised_qk():
     torch.manual_seed(0)
-    attn = RoutingAttention(16, 2, n_clusters=1, window=9, local_heads=0).double()
+    attn = RoutingAttention(16, 2, RoutingConfig(n_clusters=1, window=9, local_heads=0)).double()
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     got = attn(x, mask=AttentionMask(causal=True))
     # reference: q = k = LayerNorm(x W^Q) per head, causal, a query skips its own key except
@@ -57,7 +57,9 @@ def test_one_cluster_over_all_tokens_is_causal_attention_with_shared_normalised_
 
 def test_centroids_start_from_data_at_the_first_step_then_move_by_the_ema_formula():
     torch.manual_seed(1)
-    attn = RoutingAttention(16, 4, n_clusters=3, window=4, local_heads=1, ema_decay=0.9).double()
+    attn = RoutingAttention(
+        16, 4, RoutingConfig(n_clusters=3, window=4, local_heads=1, ema_decay=0.9)
+    ).double()
     attn.train()
     x = torch.randn(2, 10, 16, dtype=torch.float64)
     valid = torch.ones(2, 10, dtype=torch.bool)
@@ -141,7 +143,9 @@ def test_eval_passes_and_passes_without_gradient_leave_the_centroids_alone():
 
 def test_commitment_loss_is_its_formula_and_reaches_only_the_projections():
     torch.manual_seed(2)
-    attn = RoutingAttention(16, 2, n_clusters=3, window=4, local_heads=0, commitment=0.25)
+    attn = RoutingAttention(
+        16, 2, RoutingConfig(n_clusters=3, window=4, local_heads=0, commitment=0.25)
+    )
     attn = attn.double().train()
     x = torch.randn(2, 8, 16, dtype=torch.float64)
     valid = torch.ones(2, 8, dtype=torch.bool)
@@ -298,7 +302,9 @@ def test_a_cluster_without_members_keeps_its_centroid():
 
 
 def test_cost_model_counts_two_blocks_per_query_and_the_centroid_distances():
-    attn = RoutingAttention(64, 4, n_clusters=8, window=10, local_heads=1, local_window=6)
+    attn = RoutingAttention(
+        64, 4, RoutingConfig(n_clusters=8, window=10, local_heads=1, local_window=6)
+    )
     # routed: 3 heads × 2 blocks of 5 slots; local: 1 head × 2 blocks of 6; 3 × 8 distances
     assert attn.score_flops_per_token(1000) == 2 * 16 * (2 * (3 * 10 + 1 * 12) + 3 * 8)
     assert attn.keys_per_query(1000) == 12 and attn.keys_per_query(5) == 5

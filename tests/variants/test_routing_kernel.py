@@ -1,6 +1,6 @@
 """The routing kernels (cluster blocks, local blocks, the dense ranked twin) against a float64
 reference that walks every query and lists the keys it sees, by the definition in
-formers/variants/routing/blocks.py; and the degenerate cases that are full causal attention."""
+formers/kernels/clusters.py; and the degenerate cases that are full causal attention."""
 
 import math
 
@@ -8,12 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from formers.variants.routing import (
-    cluster_ranks,
-    local_attention,
-    ranked_attention,
-    routed_attention,
-)
+from formers.kernels.blocks import local_attention
+from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
 
 
 def visible_keys(clusters, key_valid, window, causal, exclude_self, none):
@@ -90,7 +86,7 @@ def test_cluster_blocks_equal_the_float64_reference(seed, causal, exclude_self):
     q, k, v, clusters, n_clusters, window, key_valid = random_case(seed, shared=exclude_self)
     for x in (q, k, v):
         x.requires_grad_(True)
-    got = routed_attention(
+    got = cluster_attention(
         q,
         k,
         v,
@@ -172,11 +168,11 @@ def test_one_cluster_covering_every_token_is_full_causal_attention(length):
     q, k, v = (torch.randn(2, 3, length, 8, dtype=torch.float64) for _ in range(3))
     full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     one = torch.zeros(2, 3, length, dtype=torch.long)
-    routed = routed_attention(q, k, v, one, 1, length, causal=True, exclude_self=False)
+    routed = cluster_attention(q, k, v, one, 1, length, causal=True, exclude_self=False)
     torch.testing.assert_close(routed, full, atol=1e-12, rtol=1e-12)
     local = local_attention(q, k, v, length, causal=True)
     torch.testing.assert_close(local, full, atol=1e-12, rtol=1e-12)
-    both_ways = routed_attention(q, k, v, one, 1, length, causal=False, exclude_self=False)
+    both_ways = cluster_attention(q, k, v, one, 1, length, causal=False, exclude_self=False)
     torch.testing.assert_close(
         both_ways, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=1e-12
     )
@@ -190,7 +186,7 @@ def test_a_query_alone_in_its_cluster_attends_to_itself_and_padding_to_nothing(d
     key_valid = torch.ones(2, 6, dtype=torch.bool)
     key_valid[1] = False  # a row of padding only: no cluster
     alone = alone.masked_fill(~key_valid[:, None], 6)
-    out = routed_attention(
+    out = cluster_attention(
         q, q, v, alone, 6, 2, causal=True, exclude_self=True, key_valid=key_valid
     )
     assert torch.isfinite(out).all()
@@ -215,7 +211,7 @@ def test_no_tensor_grows_with_the_square_of_the_length():
             return out
 
     with Spy():
-        routed_attention(q, q, q, clusters, 8, window, causal=True, exclude_self=True)
+        cluster_attention(q, q, q, clusters, 8, window, causal=True, exclude_self=True)
     assert max(seen) < length * length // 4
 
 
@@ -229,18 +225,18 @@ def test_routed_dropout_is_drawn_per_pair_of_positions_so_later_tokens_cannot_mo
 
     def run(c):
         torch.manual_seed(9)
-        return routed_attention(q, q, v, c, 3, 4, causal=True, exclude_self=True, dropout=0.5)
+        return cluster_attention(q, q, v, c, 3, 4, causal=True, exclude_self=True, dropout=0.5)
 
     base = run(clusters)
     torch.testing.assert_close(run(later)[:, :, : t + 1], base[:, :, : t + 1], atol=1e-6, rtol=0)
-    plain = routed_attention(q, q, v, clusters, 3, 4, causal=True, exclude_self=True)
+    plain = cluster_attention(q, q, v, clusters, 3, 4, causal=True, exclude_self=True)
     assert not torch.allclose(base, plain, atol=1e-3)  # dropout did act
     keep = routed_dropout_keep_fraction(0.3)
     assert abs(keep - 0.7) < 0.01
 
 
 def routed_dropout_keep_fraction(p):
-    from formers.variants.routing.blocks import pair_dropout
+    from formers.kernels.clusters import pair_dropout
 
     positions = torch.arange(64 * 64).view(1, 1, 64, 64)
     return pair_dropout(123, positions, positions.flip(-1), p).float().mean().item()

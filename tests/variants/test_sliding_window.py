@@ -15,11 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from formers.errors import InputError
 from formers.kernels import attention as kernels
-from formers.variants.longformer.sliding_window import sliding_window_attention
-from formers.variants.longformer.sliding_window_cache import (
-    RollingKVCache,
-    rolling_window_attention,
-)
+from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
+from formers.kernels.window import sliding_window_attention
 
 HEADS, DIM = 4, 8
 PER_HEAD = (1, 2, 3, 2)

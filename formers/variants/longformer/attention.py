@@ -16,16 +16,15 @@ where K_band(i) holds the window's keys except the global positions (each key co
 the softmax) and K_G the keys of the global tokens, both from the usual W^K, W^V.
 
 Diff from vanilla:
-  - `attend` runs the blocked band kernel (`sliding_window.sliding_window_attention`: blocks of
-    queries against the few key blocks their window reaches, an exact band mask, never an n×n
-    tensor) instead of Eq. 1 over all keys. The mask says which band: causal (i − j ∈ {0, d, …,
-    (w − 1)·d}, a language model's decoder) or two-sided (|i − j| ∈ {0, d, …, (w/2)·d}, an
-    encoder).
+  - `attend` runs the shared sliding-window kernel (`formers.kernels.window`: blocks of queries
+    against the few key blocks their window reaches, never an n×n tensor) instead of Eq. 1 over
+    all keys, causal (i − j ∈ {0, d, …, (w − 1)·d}, a decoder) or two-sided (|i − j| ∈ {0, d,
+    …, (w/2)·d}, an encoder).
   - `forward` adds the global rows: they need the layer input x for Q_g, K_g, V_g, which
     `attend` never sees. In a causal stack a global token at p sees only positions ≤ p, and is
     seen only from p on.
-  - decoding keeps a rolling window of keys and values (`LongformerCache`): memory constant in
-    the generated length, plus the global tokens' keys and the K_g, V_g they need.
+  - decoding keeps the shared rolling window of keys and values (`LongformerCache`): memory
+    constant in the generated length, plus the global tokens' keys and the K_g, V_g they need.
 Our choices:
   - `window` may differ per layer (the paper grows it with depth, §4.1) and `dilation` per head
     (§4.1 dilates 2 heads of the upper layers); `global_tokens` are fixed positions (e.g. [0]
@@ -47,32 +46,23 @@ from torch import Tensor, nn
 from formers.config import ModelConfig
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
+from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
+from formers.kernels.window import sliding_window_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
 from formers.variants.longformer.config import LongformerConfig
-from formers.variants.longformer.sliding_window import sliding_window_attention
-from formers.variants.longformer.sliding_window_cache import (
-    RollingKVCache,
-    rolling_window_attention,
-)
 
 
-class LongformerCache(RollingKVCache):
+class LongformerCache(RollingKVCache, LayerState):
     """Decoding state: the rolling window of keys and values, plus what global attention needs
-    from positions the window has forgotten.
+    from positions the window has forgotten."""
 
-    Args:
-        window: keys per query, itself included.
-        dilation: one int or one per head.
-        global_tokens: the layer's global positions.
-    """
+    bounded = True
 
-    def __init__(
-        self, window: int, dilation: int | tuple[int, ...], global_tokens: tuple[int, ...]
-    ):
-        super().__init__(window, dilation)
-        self.global_tokens = global_tokens
+    def __init__(self, config: LongformerConfig):
+        super().__init__(config.window, config.dilation)
+        self.global_tokens = config.global_tokens
         # W^K, W^V of the global positions (zeros until each arrives; causality hides those)
         self.global_keys: Tensor | None = None  # (B, H, G, K)
         self.global_values: Tensor | None = None
@@ -104,51 +94,31 @@ class LongformerAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        window: keys per query (causal; two-sided: window // 2 each side plus itself).
-        dilation: gap between window keys, one int or one per head.
-        global_tokens: positions with global attention.
+        config: the options, `LongformerConfig` (one layer's: `window` an int).
         dropout: dropout on the attention weights.
-        bias: biases on the projections.
     """
 
     config_class = LongformerConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        window: int = 256,
-        dilation: int | tuple[int, ...] = 1,
-        global_tokens: tuple[int, ...] = (),
-        dropout: float = 0.0,
-        bias: bool = True,
-    ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.window, self.dilation, self.global_tokens = window, dilation, tuple(global_tokens)
+    def __init__(self, d_model: int, n_heads: int, config: LongformerConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=config.bias)
+        self.config = config
         # Q_g, K_g, V_g (§3.1: "two sets of projections"), stacked like W^Q, W^K, W^V
         self.global_qkv_proj = None
-        if self.global_tokens:
-            self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
+        if config.global_tokens:
+            self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=config.bias)
             nn.init.xavier_uniform_(self.global_qkv_proj.weight)
-            if bias:
+            if config.bias:
                 nn.init.zeros_(self.global_qkv_proj.bias)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: LongformerConfig) -> LongformerAttention:
-        """Build one layer from a model config and that layer's `LongformerConfig`."""
-        return cls(
-            cfg.d_model,
-            cfg.n_heads,
-            window=options.window,
-            dilation=options.dilation,
-            global_tokens=options.global_tokens,
-            dropout=cfg.attn_dropout,
-            bias=options.bias,
-        )
+        """Build one layer from the model config and that layer's `LongformerConfig`."""
+        return cls(cfg.d_model, cfg.n_heads, options, dropout=cfg.attn_dropout)
 
     def new_state(self) -> LayerState | None:
         """A rolling window of keys and values, and the global tokens' keys."""
-        return LongformerCache(self.window, self.dilation, self.global_tokens)
+        return LongformerCache(self.config)
 
     def forward(
         self,
@@ -186,9 +156,9 @@ class LongformerAttention(MultiHeadAttention):
             q,
             k,
             v,
-            window=self.window,
+            window=self.config.window,
             causal=mask.causal,
-            dilation=self.dilation,
+            dilation=self.config.dilation,
             key_valid=mask.key_valid,
             global_keys=global_keys,
             global_positions=positions,
@@ -205,20 +175,20 @@ class LongformerAttention(MultiHeadAttention):
                 "decoding with a cache continues a causal sequence without padding: call the "
                 "model without cache= for a padded batch"
             )
-        batch, offset = q.shape[0], state.position
+        batch, offset, tokens = q.shape[0], state.position, self.config.global_tokens
         state.keep_global_keys(k, v, offset)
         global_keys = positions = None
-        if self.global_tokens:  # all of them: a causal query sees those at or before it only
-            positions = torch.tensor(self.global_tokens, device=q.device).expand(batch, -1)
+        if tokens:  # all of them: a causal query sees those at or before it only
+            positions = torch.tensor(tokens, device=q.device).expand(batch, -1)
             global_keys = (state.global_keys, state.global_values, None)
         if offset == 0:  # a prompt: the blocked kernel, then keep what the window still needs
             out = sliding_window_attention(
                 q,
                 k,
                 v,
-                window=self.window,
+                window=self.config.window,
                 causal=True,
-                dilation=self.dilation,
+                dilation=self.config.dilation,
                 global_keys=global_keys,
                 global_positions=positions,
                 scale=self.scale,
@@ -242,7 +212,7 @@ class LongformerAttention(MultiHeadAttention):
             return out
         end = offset + length
         if mask.causal:  # positions after the last global token are seen by no global query
-            last = max(self.global_tokens)  # decoding: those to come too
+            last = max(self.config.global_tokens)  # decoding: those to come too
             if state is None:
                 last = int(found[0].masked_fill(~found[1], -1).max())
             end = min(end, last + 1)
@@ -288,7 +258,7 @@ class LongformerAttention(MultiHeadAttention):
     ) -> tuple[Tensor, Tensor] | None:
         """The global tokens (`global_tokens`) among positions 0 … length−1: (B, G) long
         positions and (B, G) bool validity (False at padding); None when there are none."""
-        static = [p for p in self.global_tokens if p < length]
+        static = [p for p in self.config.global_tokens if p < length]
         if not static:
             return None
         positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
@@ -301,12 +271,12 @@ class LongformerAttention(MultiHeadAttention):
 
     def keys_per_query(self, seq_len: int) -> int:
         """The window (a causal one; two-sided sees window // 2 · 2 + 1) plus the global keys."""
-        return min(seq_len, self.window + len(self.global_tokens))
+        return min(seq_len, self.config.window + len(self.config.global_tokens))
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """The band and global keys of every query, plus the global queries' rows over all
         seq_len keys (G of them per sequence: G keys per token on average)."""
-        keys = self.keys_per_query(seq_len) + min(seq_len, len(self.global_tokens))
+        keys = self.keys_per_query(seq_len) + min(seq_len, len(self.config.global_tokens))
         return 2.0 * 2 * keys * self.d_model
 
     def matmul_params_per_token(self) -> int:

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from formers.config import AttentionConfig, ModelConfig
+from formers.config import AttentionConfig, ModelConfig, positive
 from formers.errors import ConfigError
 
 
@@ -41,21 +41,16 @@ class LongformerConfig(AttentionConfig):
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
         windows = self.window if isinstance(self.window, tuple) else (self.window,)
-        if not windows or any(w < 1 for w in windows):
-            raise ConfigError(
-                f"attention.window={self.window!r} must be a positive integer (or one per "
-                "layer): the keys each query sees, itself included"
-            )
+        for window in windows or (self.window,):  # () is no window either
+            positive("attention.window", window)
         dilations = self.dilation if isinstance(self.dilation, tuple) else (self.dilation,)
         if isinstance(self.dilation, tuple) and len(dilations) != model.n_heads:
             raise ConfigError(
                 f"attention.dilation has {len(dilations)} entries for n_heads={model.n_heads}: "
                 "give one int, or one per head"
             )
-        if any(d < 1 for d in dilations):
-            raise ConfigError(
-                f"attention.dilation={self.dilation!r} must be positive (1: no gaps in the window)"
-            )
+        for dilation in dilations:
+            positive("attention.dilation", dilation)
         tokens = self.global_tokens
         if any(p < 0 for p in tokens) or len(set(tokens)) != len(tokens):
             raise ConfigError(

@@ -10,19 +10,17 @@ Diff from vanilla:
     (§4; the official code's `share_qk` for decoders): one (D, D) W^Q serves both, so the
     projection is [W^Q for every head | W^K for the local heads | W^V for every head].
   - `attend` (whole): local heads run `local_attention`; routed heads are assigned to their
-    nearest centroid (`OnlineKMeans`) and run `routed_attention` inside their clusters.
+    nearest centroid (`OnlineKMeans`) and run `cluster_attention` inside their clusters.
   - the module reports the commitment loss (`aux_loss`) and metrics (`Reports`), and keeps a
     `RoutingCache` for decoding: past keys and values with their clusters and ranks.
 Our choices, and why:
-  - causal by construction: each token goes to its own nearest centroid (no top-k over the
-    sequence, which makes membership depend on later tokens), and a cluster's members are cut
-    into blocks by rank, which depends only on earlier tokens. The balance that costs: clusters
-    are not forced to the same size; a big cluster spans several blocks (a query sees its
-    cluster's most recent `window` members, not all of them) and a small one pads its block.
-  - no token in several clusters and none left out (each has one nearest centroid), so no
-    scatter-mean of outputs; padding is in no cluster and sees nothing.
-  - a routed query does not attend to its own key (with q = k it has the highest possible score)
-    unless no other key of its cluster is visible; then it attends to itself (no NaN, no zeros).
+  - causal by construction: each token goes to its own nearest centroid (a top-k over the
+    sequence would make membership depend on later tokens), and blocks are cut by rank, which
+    depends only on earlier tokens. The cost: clusters are not balanced; a big one spans several
+    blocks (a query sees its cluster's latest `window` members) and a small one pads its block.
+  - every token is in exactly one cluster, so no scatter-mean of outputs; padding is in none.
+  - a routed query skips its own key (with q = k, the highest possible score) unless it sees no
+    other key of its cluster; then it attends to itself (no NaN, no zeros).
 
 Shapes: B batch, T length, D model width, H heads, L local heads, R routed heads, K head dim,
 C clusters, S keys so far (decoding).
@@ -36,16 +34,12 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.kernels.blocks import local_attention
+from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
 from formers.layers.mask import AttentionMask
-from formers.variants.routing.blocks import (
-    cluster_ranks,
-    local_attention,
-    ranked_attention,
-    routed_attention,
-)
 from formers.variants.routing.config import RoutingConfig
 from formers.variants.routing.kmeans import OnlineKMeans
 
@@ -80,65 +74,37 @@ class RoutingCache(LayerState):
 
 
 class RoutingAttention(MultiHeadAttention, Reports):
-    """Multi-head attention with `local_heads` local heads and the rest routed by k-means.
+    """Multi-head attention with `config.heads(n_heads)` local heads and the rest routed by
+    k-means.
 
     Args:
         d_model: model width D.
         n_heads: heads H.
-        n_clusters: centroids per routed head C.
-        window: the most members of its cluster a routed query sees (blocks of ⌈window / 2⌉).
-        local_heads: heads with a local window L (< H).
-        local_window: positions per local block.
-        ema_decay: λ of the centroids' moving average.
-        commitment: coefficient of the commitment loss.
+        config: the options, `RoutingConfig`.
         dropout: dropout on the attention weights.
-        bias: biases on the projections.
     """
 
     config_class = RoutingConfig
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        *,
-        n_clusters: int = 32,
-        window: int = 32,
-        local_heads: int = 0,
-        local_window: int = 128,
-        ema_decay: float = 0.999,
-        commitment: float = 1e-4,
-        dropout: float = 0.0,
-        bias: bool = True,
-    ):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=bias)
-        self.n_clusters, self.window = n_clusters, window
-        self.block = (window + 1) // 2  # two blocks per query: at most `window` keys
-        self.local_heads, self.local_window = local_heads, local_window
-        self.commitment = commitment
+    def __init__(self, d_model: int, n_heads: int, config: RoutingConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=config.bias)
+        self.config = config
+        self.local_heads = config.heads(n_heads)
+        self.block = (config.window + 1) // 2  # two blocks per query: at most `window` keys
         # shared W^Q/W^K for routed heads: no W^K rows for them
-        self.qkv_proj = nn.Linear(d_model, 2 * d_model + local_heads * self.d_head, bias=bias)
+        width = 2 * d_model + self.local_heads * self.d_head
+        self.qkv_proj = nn.Linear(d_model, width, bias=config.bias)
         nn.init.xavier_uniform_(self.qkv_proj.weight)
-        if bias:
+        if config.bias:
             nn.init.zeros_(self.qkv_proj.bias)
-        self.kmeans = OnlineKMeans(n_heads - local_heads, n_clusters, self.d_head, ema_decay)
+        routed = n_heads - self.local_heads
+        self.kmeans = OnlineKMeans(routed, config.n_clusters, self.d_head, config.ema_decay)
         self.clear_reports()
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, options: RoutingConfig) -> RoutingAttention:
-        """Build from a model config and a layer's `RoutingConfig`."""
-        return cls(
-            cfg.d_model,
-            cfg.n_heads,
-            n_clusters=options.n_clusters,
-            window=options.window,
-            local_heads=options.heads(cfg.n_heads),
-            local_window=options.local_window,
-            ema_decay=options.ema_decay,
-            commitment=options.commitment,
-            dropout=cfg.attn_dropout,
-            bias=options.bias,
-        )
+        """Build one layer from the model config and that layer's `RoutingConfig`."""
+        return cls(cfg.d_model, cfg.n_heads, options, dropout=cfg.attn_dropout)
 
     def new_state(self) -> LayerState | None:
         """Keys, values, clusters and ranks so far."""
@@ -187,44 +153,30 @@ class RoutingAttention(MultiHeadAttention, Reports):
     ) -> Tensor:
         """The blocked kernels over a whole sequence; `routed` (B, R, T, K) is q[:, L:] (the
         tensor `route` saw: its gradient triggers the centroids' update), in `clusters`."""
-        local, valid = self.local_heads, mask.key_valid
-        dropout = self.dropout if self.training else 0.0
-        out = routed_attention(
-            routed,
-            routed,
-            v[:, local:],
-            clusters,
-            self.n_clusters,
-            self.block,
-            causal=mask.causal,
-            exclude_self=True,
-            key_valid=valid,
-            dropout=dropout,
+        local, n_clusters = self.local_heads, self.config.n_clusters
+        shared = dict(causal=mask.causal, key_valid=mask.key_valid)
+        shared["dropout"] = self.dropout if self.training else 0.0
+        v_routed = v[:, local:]
+        out = cluster_attention(
+            routed, routed, v_routed, clusters, n_clusters, self.block, exclude_self=True, **shared
         )  # (B, R, T, K)
         if local == 0:
             return out
-        out_local = local_attention(
-            q[:, :local],
-            k[:, :local],
-            v[:, :local],
-            self.local_window,
-            causal=mask.causal,
-            key_valid=valid,
-            dropout=dropout,
-        )  # (B, L, T, K)
+        q, k, v = q[:, :local], k[:, :local], v[:, :local]
+        out_local = local_attention(q, k, v, self.config.local_window, **shared)  # (B, L, T, K)
         return torch.cat([out_local, out], dim=1)
 
     def route(self, x: Tensor, valid: Tensor | None) -> Tensor:
         """Clusters (B, R, T) of the routed vectors x (B, R, T, K); reports the commitment loss
         and schedules the centroids' update for the training step."""
         clusters = self.kmeans.assign(x, valid)
-        counts = clusters.new_zeros(*clusters.shape[:2], self.n_clusters + 1)
+        counts = clusters.new_zeros(*clusters.shape[:2], self.config.n_clusters + 1)
         counts = counts.scatter_add_(-1, clusters, torch.ones_like(clusters))[..., :-1]  # (B,R,C)
         tokens = counts.sum(-1).clamp(min=1)
         self.metrics = {"largest_cluster": (counts.amax(-1) / tokens).float().mean().detach()}
         if self.kmeans.ready:
             distortion = self.kmeans.distortion(x, clusters, valid)
-            self.aux_loss = self.commitment * distortion
+            self.aux_loss = self.config.commitment * distortion
             self.metrics["commitment"] = distortion.detach()
         if self.training:
             self.kmeans.update_on_backward(x, clusters)
@@ -243,7 +195,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         routed = self.route(routed_q, valid)  # (B, R, T)
         # local heads are one cluster (0) whose ranks are positions, padding included
         clusters = torch.cat([routed.new_zeros(batch, local, length), routed], dim=1)
-        new = cluster_ranks(clusters, self.n_clusters)  # ranks among the new tokens
+        new = cluster_ranks(clusters, self.config.n_clusters)  # ranks among the new tokens
         rank, counts = new.rank, new.counts
         if state.counts is not None:
             rank, counts = rank + state.counts.gather(-1, clusters), counts + state.counts
@@ -254,7 +206,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         state.extend(k=k, v=v, cluster=clusters, rank=rank, key_ok=key_ok, counts=counts)
         if first:  # nothing before: the blocked kernels
             return self.attend_blocks(q, k, v, mask, routed_q, routed)
-        groups = [(0, local, self.local_window, False), (local, heads, self.block, True)]
+        groups = [(0, local, self.config.local_window, False), (local, heads, self.block, True)]
         outs = [
             ranked_attention(
                 q[:, a:b],
@@ -278,13 +230,14 @@ class RoutingAttention(MultiHeadAttention, Reports):
 
     def keys_per_query(self, seq_len: int) -> int:
         """Key slots each query is scored against: two blocks (own and previous)."""
-        return min(seq_len, max(2 * self.block, 2 * self.local_window if self.local_heads else 0))
+        local_keys = 2 * self.config.local_window if self.local_heads else 0
+        return min(seq_len, max(2 * self.block, local_keys))
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """q·kᵀ and the weighted sum over two blocks per head, plus the distances to the
         centroids of the routed heads; 2 FLOPs per multiply-add."""
         routed = self.n_heads - self.local_heads
         slots = routed * min(seq_len, 2 * self.block) + self.local_heads * min(
-            seq_len, 2 * self.local_window
+            seq_len, 2 * self.config.local_window
         )
-        return 2.0 * self.d_head * (2 * slots + routed * self.n_clusters)
+        return 2.0 * self.d_head * (2 * slots + routed * self.config.n_clusters)

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from formers.config import AttentionConfig, ModelConfig
+from formers.config import AttentionConfig, ModelConfig, positive
 from formers.errors import ConfigError
-
-
-def _check_count(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"attention.{name}={value!r} must be an integer >= {minimum}")
 
 
 @dataclass(frozen=True)
@@ -48,14 +43,13 @@ class RoutingConfig(AttentionConfig):
     def validate(self, model: ModelConfig, causal: bool) -> None:
         super().validate(model, causal)
         for name in ("n_clusters", "window", "local_window"):
-            _check_count(name, getattr(self, name), 1)
-        if self.local_heads is not None:
-            _check_count("local_heads", self.local_heads, 0)
-            if self.local_heads >= model.n_heads:
-                raise ConfigError(
-                    f"attention.local_heads={self.local_heads} leaves no routed head of "
-                    f"n_heads={model.n_heads}: set local_heads below n_heads (None: half)"
-                )
+            positive(f"attention.{name}", getattr(self, name))
+        local = self.local_heads
+        if local is not None and (type(local) is not int or not 0 <= local < model.n_heads):
+            raise ConfigError(
+                f"attention.local_heads={local!r} must be an integer in [0, n_heads="
+                f"{model.n_heads}): set it below n_heads to leave a routed head (None: half)"
+            )
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(
                 f"attention.ema_decay={self.ema_decay} must be in [0, 1): the weight the "

@@ -13,16 +13,15 @@ gradient (§4, the VQ-VAE update with decay λ):
 The commitment loss ‖x − sg(µ_c(x))‖² (mean over tokens, heads and dims) pulls the vectors
 towards their centroids through the projections; it is reported as the layer's aux loss.
 
-When the update happens: a forward pass routes with the centroids as they are, and folds its
-own statistics in when its gradient is computed (a hook on the routed vectors), i.e. with the
-training step. A forward pass is therefore a function of its input and fixed centroids (causal
-when the routing is), eval and `torch.no_grad()` passes never move them, and the centroids, like
-the weights, learn from whole batches between steps.
+A forward pass routes with the centroids as they are and folds its statistics in when its
+gradient is computed (a hook on the routed vectors): so a forward is a function of its input
+and fixed centroids (causal when the routing is), eval and no-grad passes never move them, and
+the centroids, like the weights, learn from whole batches between steps.
 
-Before the first update the centroids are unset and every token goes to cluster 0 (routed heads
-then attend in blocks of consecutive positions); the first update initialises them from that
-batch: C seeds evenly spaced over its valid vectors, then `INIT_ITERATIONS` Lloyd iterations
-(lucidrains routing-transformer#4: routing with centroids never fitted to data is garbage).
+Until the first update every token goes to cluster 0 (blocks of consecutive positions); that
+update initialises the centroids from its batch: C seeds evenly spaced over the valid vectors,
+then `INIT_ITERATIONS` Lloyd iterations (lucidrains routing-transformer#4: routing with
+centroids never fitted to data is garbage).
 
 Shapes: B batch, H routed heads, T length, K head dim, C clusters, N valid tokens.
 """

@@ -1,20 +1,13 @@
-"""Sliding-window attention, Longformer §3.1 (Beltagy et al. 2020, https://arxiv.org/abs/2004.05150).
+"""Sliding-window attention with dilation and global keys (Beltagy et al. 2020 §3.1, Fig. 2),
+exact, in O(T·window) time and memory.
 
-Each query attends to a fixed-size window of keys around it (Fig. 2b), optionally with gaps of
-d − 1 positions between window keys (dilation, Fig. 2c), plus a few global keys that every query
-sees (Fig. 2d). The cost is O(n·w) time and memory instead of O(n²).
+A query sees the window of keys around it, with gaps of d − 1 positions between them (dilation),
+plus a few global keys that every query sees. A dilated window is an ordinary window on each of
+the d interleaved subsequences of positions (`_dilated_attention`), and an ordinary window is
+the blocked band kernel (`formers.kernels.blocks`): no (T, T) tensor is ever built. Decoding
+one position at a time uses the rolling window (`formers.kernels.rolling_window`).
 
-Diff from vanilla: only the attention kernel. Eq. 1 of Vaswani et al. is computed per block of
-queries against the few key blocks its window reaches, all block pairs in one call of the shared
-masked attention (`formers.kernels.attention`: fused, or two batched matmuls where those are
-faster) with an exact band mask; no n×n tensor is ever built.
-
-These are pure functions: an attention module calls `sliding_window_attention` for training and
-scoring, and `RollingKVCache` + `rolling_window_attention` (sliding_window_cache.py) for
-generation.
-
-Shapes: B batch, H heads, T sequence length, K head dim, G global keys, N query blocks,
-Q queries per block, L keys per block (Q + band reach, + G), W window keys of one query.
+Shapes: B batch, H heads, T sequence length, K head dim, G global keys.
 """
 
 from __future__ import annotations
@@ -60,7 +53,7 @@ def sliding_window_attention(
     dropout: float = 0.0,
     block_size: int | None = None,
 ) -> Tensor:
-    """Longformer's windowed self-attention (§3.1), exact, in O(T·window) time and memory.
+    """Windowed self-attention, exact, in O(T·window) time and memory.
 
     Query i sees key j (both positions in [0, T)) when, with d the dilation of its head:
       - causal:     i − j ∈ {0, d, 2d, …, (window − 1)·d}: `window` keys, itself included;
@@ -82,8 +75,8 @@ def sliding_window_attention(
         dilation: gap between window keys, one int or one per head (length H), each >= 1.
         key_valid: (B, T) bool, False at padding keys; None when nothing is padding.
         global_keys: (k_g, v_g, valid_g) with shapes (B, H, G, K), (B, H, G, K), (B, G) bool
-            (None: all valid): keys every query sees (Longformer's global tokens, §3.1),
-            whatever its window. Invalid ones (padding slots) are seen by nobody.
+            (None: all valid): keys every query sees whatever its window (global tokens,
+            §3.1). Invalid ones (padding slots) are seen by nobody.
         global_positions: (B, G) long, the sequence positions of the global keys. The band
             leaves those positions out (a position held by several valid global keys is seen
             through each of them), and a causal query i sees global key g only if its position
@@ -107,15 +100,9 @@ def sliding_window_attention(
 
     band_valid, globals_ = key_valid, None
     if global_keys is not None:
-        k_g, v_g, valid_g = global_keys
-        if valid_g is None:
-            valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=q.device)
-        if global_positions is not None:
-            # No double counting: a global position is seen through its global copy only.
-            not_global = ~global_position_marks(global_positions, valid_g, length)  # (B, T)
-            band_valid = not_global if key_valid is None else key_valid & not_global
-        # Causal: query i sees a global key at position p from i = p on.
-        globals_ = GlobalKeys(k_g, v_g, valid_g, global_positions if causal else None)
+        globals_, band_valid = split_globals(global_keys, global_positions, key_valid, length)
+        if not causal:  # only a causal query i waits for a global key at position p <= i
+            globals_ = globals_._replace(first_query=None)
 
     groups = _heads_by_dilation(dilations)
     if len(groups) == 1:
@@ -245,6 +232,25 @@ def _blocked_band(
         scale=band.scale,
         dropout=band.dropout,
     )
+
+
+def split_globals(
+    global_keys: tuple[Tensor, Tensor, Tensor | None],
+    positions: Tensor | None,
+    key_valid: Tensor | None,
+    length: int,
+) -> tuple[GlobalKeys, Tensor | None]:
+    """The global keys, seen from their position on, and the band's key validity (B, T) without
+    the positions of valid global keys: each key counts once in the softmax, through its global
+    copy."""
+    k_g, v_g, valid_g = global_keys
+    if valid_g is None:
+        valid_g = torch.ones(k_g.shape[0], k_g.shape[2], dtype=torch.bool, device=k_g.device)
+    if positions is None:
+        return GlobalKeys(k_g, v_g, valid_g, None), key_valid
+    not_global = ~global_position_marks(positions, valid_g, length)  # (B, T)
+    band_valid = not_global if key_valid is None else key_valid & not_global
+    return GlobalKeys(k_g, v_g, valid_g, positions), band_valid
 
 
 def global_position_marks(positions: Tensor, valid: Tensor, length: int) -> Tensor:

@@ -1,33 +1,26 @@
-"""Attention inside clusters, cut into blocks: the kernel of routed heads (and local ones).
+"""Attention inside clusters, cut into blocks (content-based sparse attention, Roy et al. 2020).
 
 Every token belongs to one cluster, or to none (padding: cluster id `n_clusters`). Inside a
-cluster the members keep their order of position and are cut into blocks of `window`
-consecutive members; each block of queries attends to its own block and the previous block of
-the same cluster (and the next one when not causal). So every block is one dense
-(window × 2·window) problem of the shared masked attention (`formers.kernels.attention`),
-batched over all the blocks of all clusters, heads and batch rows: O(T·window) time and
-memory, never a (T, T) tensor.
+cluster the members keep their order of position and are cut into blocks of `window` members;
+each block of queries attends to its own and the previous block of the same cluster (and the
+next when not causal): one dense (W × 2W) problem per block, all of them one batch of
+`masked_attention`, so O(T·window) time and memory, never a (T, T) tensor.
 
-Which keys a query sees, by `rank` (its index among the members of its cluster, in order of
-position) and block b = ⌊rank / window⌋:
+Which keys a query sees, by `rank` (its index among its cluster's members, in order of position)
+and block b = ⌊rank / window⌋:
     causal:      the members of its cluster with rank in [window·(b − 1), rank];
     not causal:  the members of blocks b − 1, b and b + 1 of its cluster;
-and only keys that are not padding. A rank depends only on the token itself and the tokens before
-it, so the causal set does too: that is what makes routed attention causal by construction.
-With `exclude_self` (shared queries and keys: a query's score with its own key is the largest
-possible, Kitaev et al. 2020 §2.3), a query does not see its own key unless it sees no other,
-then it sees only itself. A query that sees no key at all gets a zero output, never NaN.
+and only keys that are not padding. A rank depends only on the token and the tokens before it,
+so the causal set does too. With `exclude_self` (shared queries and keys: a query's score with
+its own key is the largest possible, Kitaev et al. 2020 §2.3), a query sees its own key only
+when it sees no other. A query that sees no key at all gets a zero output, never NaN.
 
-Dropout on the weights of routed heads is drawn per (row, head, query position, key position)
-from one seed (`pair_dropout`), not by the fused kernel: the kernel's draws follow the layout of
-the blocks, which depends on how many tokens each cluster gets over the whole sequence, so a
-token after t would reshuffle the dropout of the queries before it.
+Dropout is drawn per (row, head, query position, key position) from one seed (`pair_dropout`),
+not by the fused kernel: its draws would follow the block layout, which depends on the whole
+sequence, so a token after t would reshuffle the dropout of the queries before it.
 
-Local heads follow the same rule with every token in one cluster: blocks of consecutive positions
-(`local_attention`), which is a band, so they run the shared blocked band kernel
-(`formers.kernels.blocks`, Longformer's too) with no gather. `ranked_attention` is the same rule
-as a dense mask over any keys, for decoding with a cache (one query against all keys so far) and
-as the naive twin.
+`ranked_attention` is the same rule as a dense mask over any keys: for decoding (new queries
+against all keys so far) and as the naive twin.
 
 Shapes: B batch, H heads, T length, S keys, K head dim, C clusters (+1 for "none"), N blocks,
 W window (queries per block), M keys per block (2W causal, 3W not).
@@ -42,13 +35,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels.attention import masked_attention
-from formers.kernels.blocks import band_attention
 
 
 class ClusterRanks(NamedTuple):
     """Where each token stands inside its cluster."""
 
-    order: Tensor  # (B, H, T) token indices sorted by (cluster, position)
     rank: Tensor  # (B, H, T) index of each token among its cluster's members
     counts: Tensor  # (B, H, C + 1) members per cluster, the last entry "no cluster"
 
@@ -59,7 +50,6 @@ class BlockLayout(NamedTuple):
     token_of_slot: Tensor  # (B, H, N·W) the token in each slot; T where the slot is empty
     slot_of_token: Tensor  # (B, H, T)
     block_cluster: Tensor  # (B, H, N) the cluster of each block; -1 for an empty block
-    ranks: ClusterRanks
 
 
 def cluster_ranks(clusters: Tensor, n_clusters: int) -> ClusterRanks:
@@ -77,7 +67,7 @@ def cluster_ranks(clusters: Tensor, n_clusters: int) -> ClusterRanks:
     first_member = counts.cumsum(-1) - counts  # where each cluster starts in `order`
     sorted_rank = positions - first_member.gather(-1, clusters.gather(-1, order))  # (B, H, T)
     rank = torch.empty_like(clusters).scatter_(-1, order, sorted_rank)
-    return ClusterRanks(order, rank, counts)
+    return ClusterRanks(rank, counts)
 
 
 def cluster_layout(clusters: Tensor, n_clusters: int, window: int) -> BlockLayout:
@@ -95,7 +85,7 @@ def cluster_layout(clusters: Tensor, n_clusters: int, window: int) -> BlockLayou
     )
     block_cluster = clusters.new_full((batch, heads, n_blocks), -1)
     block_cluster.scatter_(-1, slot_of_token // window, clusters)
-    return BlockLayout(token_of_slot, slot_of_token, block_cluster, ranks)
+    return BlockLayout(token_of_slot, slot_of_token, block_cluster)
 
 
 _BITS31 = 0x7FFFFFFF
@@ -214,7 +204,7 @@ def attend_in_blocks(
     return out.view(batch, heads, n_blocks * window, -1)
 
 
-def routed_attention(
+def cluster_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -261,49 +251,6 @@ def routed_attention(
         dropout=dropout,
     )  # (B, H, N·W, K)
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))
-
-
-def local_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    window: int,
-    *,
-    causal: bool,
-    key_valid: Tensor | None = None,
-    scale: float | None = None,
-    dropout: float = 0.0,
-) -> Tensor:
-    """Blocks of `window` consecutive positions, each attending to itself and the previous block
-    (and the next when not causal): a query at position p sees positions [W·(⌊p/W⌋ − 1), p].
-
-    Args:
-        q, k, v: (B, H, T, K).
-        window: positions per block W.
-        key_valid: (B, T) bool, False at padding.
-
-    Returns:
-        (B, H, T, K)
-    """
-    # The blocked band kernel with blocks of W: local key e of a block sits W positions before
-    # its query e; the previous block is whole, the own block up to the query (causal), or the
-    # previous, own and next blocks whole.
-    left, right = window, 0 if causal else window
-    in_block = torch.ones(window, window + left + right, dtype=torch.bool, device=q.device)
-    if causal:
-        in_block = in_block.tril(left)  # (W, 2W): e − a <= W
-    return band_attention(
-        q,
-        k,
-        v,
-        size=window,
-        left=left,
-        right=right,
-        in_block=in_block,
-        key_valid=key_valid,
-        scale=scale,
-        dropout=dropout,
-    )
 
 
 def ranked_attention(

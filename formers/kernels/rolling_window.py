@@ -1,8 +1,6 @@
-"""Decoding with a sliding window (Longformer §3.1): a rolling key/value cache that keeps only
-the positions a causal window can still reach, and attention of new queries against it.
-
-Memory stays constant in the generated length: decoding one token at a time the cache holds
-the last span = (window − 1)·max(dilation) + 1 keys and values, whatever the position.
+"""The rolling-window decoding step of causal sliding-window attention (Beltagy et al. 2020
+§3.1): a key/value cache that keeps only the positions the window can still reach, and attention
+of the newest queries against it.
 
 Shapes: B batch, H heads, n new positions, S stored positions, K head dim, G global keys,
 W window keys of one query.
@@ -18,15 +16,10 @@ from torch import Tensor
 
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
-from formers.layers.cache import LayerState
-from formers.variants.longformer.sliding_window import (
-    check_window,
-    global_position_marks,
-    head_dilations,
-)
+from formers.kernels.window import check_window, head_dilations, split_globals
 
 
-class RollingKVCache(LayerState):
+class RollingKVCache:
     """The keys and values a causal sliding window can still reach, for step-by-step decoding.
 
     span = (window − 1)·max(dilation) + 1 positions reach a query (itself included). After
@@ -38,8 +31,6 @@ class RollingKVCache(LayerState):
         window: keys per query, itself included, as in `sliding_window_attention(causal=True)`.
         dilation: one int or one per head.
     """
-
-    bounded = True
 
     def __init__(self, window: int, dilation: int | Sequence[int] = 1) -> None:
         check_window(window)
@@ -126,19 +117,15 @@ def rolling_window_attention(
 
     band_valid = cache.valid
     if global_keys is not None:
-        k_g, v_g, valid_g = global_keys
-        if valid_g is None:
-            valid_g = torch.ones(batch, k_g.shape[2], dtype=torch.bool, device=device)
-        sees_global = valid_g[:, None, None, :]  # (B, 1, 1, G)
+        stored_positions = None if global_positions is None else global_positions - first
+        globals_, band_valid = split_globals(global_keys, stored_positions, band_valid, stored)
+        sees_global = globals_.valid[:, None, None, :]  # (B, 1, 1, G)
         if global_positions is not None:
-            marks = global_position_marks(global_positions - first, valid_g, stored)  # (B, S)
-            band_valid = ~marks if band_valid is None else band_valid & ~marks
             position = (first + rows)[None, None, :, None]  # (1, 1, n, 1)
             sees_global = sees_global & (global_positions[:, None, None, :] <= position)
-        n_global = k_g.shape[2]
-        keys = torch.cat([keys, k_g[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
-        values = torch.cat([values, v_g[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
-        sees_global = sees_global.expand(batch, heads, new, n_global)
+        keys = torch.cat([keys, globals_.k[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
+        values = torch.cat([values, globals_.v[:, :, None].expand(-1, -1, new, -1, -1)], dim=3)
+        sees_global = sees_global.expand(batch, heads, new, globals_.k.shape[2])
     if band_valid is not None:
         allowed = allowed & band_valid[:, index]  # (B, H, n, W)
     if global_keys is not None:
