@@ -50,7 +50,7 @@ class LongformerConfig(AttentionConfig):
                 "give one int, or one per head"
             )
         for dilation in dilations:
-            positive("attention.dilation", dilation)
+            positive("attention.dilation", dilation, "the step between attended keys (1: no gaps)")
         tokens = self.global_tokens
         if any(p < 0 for p in tokens) or len(set(tokens)) != len(tokens):
             raise ConfigError(
