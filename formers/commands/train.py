@@ -93,8 +93,8 @@ def new_run_config(
 ) -> tuple[Any, Any, Any]:
     """A new run's config, and with --init-from the data its tokenizer encodes and the weights
     it starts from (else None, None)."""
+    from formers.pretrained.init_from import start_from
     from formers.train.config import run_config
-    from formers.train.init_from import start_from
 
     if not args.init_from:
         return run_config(preset or "vanilla", overrides), None, None
@@ -110,7 +110,7 @@ def own_tokenizer_corpus(cfg: Any, run_dir: Path) -> Any:
     """A resumed run's corpus, when it reads it with the tokenizer its weights came with (the
     run folder's); else None, and training builds its tokenizer as always."""
     from formers.data.tokenizers import PRETRAINED_TOKENIZER, tokenizer_from_dict
-    from formers.train.init_from import pretrained_corpus
+    from formers.pretrained.init_from import pretrained_corpus
 
     if cfg.train.tokenizer != PRETRAINED_TOKENIZER:
         return None

@@ -148,7 +148,7 @@ def train(
         resume: continue the run in `run_dir` from its latest checkpoint.
         progress: show a progress bar.
         data: the task's data, already loaded (a `Corpus` for language models); None loads it.
-        init: weights a new run starts from instead of fresh ones (`formers.train.init_from`);
+        init: weights a new run starts from instead of fresh ones (`formers.pretrained.init_from`);
             the optimizer and schedule start fresh all the same.
     """
     run = start(cfg, Path(run_dir), resume, data, init)
