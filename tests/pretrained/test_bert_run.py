@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 def imported(bert_folder, tmp_path, capsys):
     """The tiny BERT imported into a run folder whose corpus is a small text file."""
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text(TEXT * 3)
+    corpus.write_text(TEXT * 30)
     run_dir = tmp_path / "run"
     args = ["import", str(bert_folder), "--run-dir", str(run_dir), "--corpus", str(corpus)]
     assert main(args) == 0
@@ -42,7 +42,7 @@ def test_eval_scores_the_masked_positions_as_transformers_does(imported, bert, c
     with torch.no_grad():
         logits = hf(inputs, attention_mask=(inputs != 0).long()).logits
     want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    assert report["tokens"] == int((targets != -100).sum())
+    assert report["tokens"] == int((targets != -100).sum()) > 20
     assert report["loss"] == pytest.approx(want.item(), rel=1e-5)
 
 
