@@ -259,12 +259,7 @@ class ModelConfig:
         for name in ("tgt_vocab_size", "n_encoder_layers"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
-        types = self.type_vocab_size
-        if isinstance(types, bool) or not isinstance(types, int) or types < 0:
-            raise ConfigError(
-                f"type_vocab_size={types!r} must be a non-negative integer (0: no token-type "
-                "embeddings)"
-            )
+        non_negative("type_vocab_size", self.type_vocab_size, "0: no token-type embeddings")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
@@ -475,6 +470,12 @@ def positive(name: str, value: Any) -> None:
     """Refuse anything but a positive integer, naming the option as the user wrote it."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ConfigError(f"{name}={value!r} must be a positive integer")
+
+
+def non_negative(name: str, value: Any, zero: str) -> None:
+    """Refuse anything but an integer >= 0, naming the option and what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name}={value!r} must be a non-negative integer ({zero})")
 
 
 def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
