@@ -109,6 +109,11 @@ def test_export_loads_in_transformers_with_equal_logits(bert, tmp_path):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["layer_norm_eps"] == 1e-3 and config["hidden_act"] == "gelu"
+    assert written["tokenizer"]  # and transformers reads it as the original's
+    exported = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    original = transformers.AutoTokenizer.from_pretrained(folder)
+    assert exported(TEXT)["input_ids"] == original(TEXT)["input_ids"]
+    assert exported.mask_token_id == 4
 
 
 SAMPLES = [TEXT, "  leading spaces and a trailing one ", "[MASK] is [SEP] special[PAD].", ""]
