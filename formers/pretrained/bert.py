@@ -33,7 +33,7 @@ skipped; so are the `position_ids` buffers older versions saved. LayerNorm `gamm
 (TensorFlow-converted checkpoints) are read as `weight` / `bias`.
 
 Refused (one line naming the field): position_embedding_type other than "absolute",
-is_decoder, add_cross_attention, another hidden_act.
+is_decoder, add_cross_attention, another hidden_act, type_vocab_size 0.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ def model_config(hf: HFConfig) -> ModelConfig:
     hf.require("is_decoder", (False,), "the masked-LM encoder is bidirectional")
     hf.require("add_cross_attention", (False,), "a masked LM has no encoder to attend to")
     hf.require("hidden_act", tuple(ACTIVATIONS), "no such formers activation")
+    if not hf["type_vocab_size"] >= 1:
+        raise PretrainedError(
+            f"{hf.folder}/config.json sets type_vocab_size={hf['type_vocab_size']!r}, which "
+            "formers cannot honour (every token has a type): it imports checkpoints with "
+            "type_vocab_size >= 1"
+        )
     # an explicit null means no padding token, so the config's default must not fill it in
     pad_id = hf.values.get("pad_token_id", DEFAULTS["pad_token_id"])
     return ModelConfig(

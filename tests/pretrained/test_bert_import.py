@@ -151,6 +151,7 @@ def test_tokenizer_encodes_and_decodes_as_transformers_does(bert_folder, tmp_pat
         ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
         ({"is_decoder": True}, "is_decoder=True"),
         ({"hidden_act": "silu"}, "hidden_act='silu'"),
+        ({"type_vocab_size": 0}, "type_vocab_size=0"),
     ],
 )
 def test_a_config_formers_cannot_honour_is_refused_naming_the_field(
