@@ -76,7 +76,7 @@ class Family:
             checkpoint (export); refuses, naming the field, a config it cannot express.
         ignored: checkpoint tensors that are no parameters (buffers older versions saved).
         special_tokens: vocabulary entries its tokenizer treats as special, which GPT-2-style
-            vocab.json + merges.txt files do not mark.
+            vocab.json + merges.txt and vocab.txt files do not mark.
         normalise: (checkpoint tensors, formers config) -> the tensors under the names
             `params` spells (some savers drop a prefix, some save a tied matrix twice).
         denormalise: the inverse on export: tensors under the names `params` spells -> the
