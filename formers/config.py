@@ -188,6 +188,15 @@ class ModelConfig:
             ln V, measured slower to learn (docs/architecture.md).
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
+        embed_norm: a LayerNorm (ε = norm_eps) over the summed token, token-type and position
+            embeddings, before their dropout.
+        type_vocab_size: rows of a token-type (segment) embedding table added to the input; 0:
+            none. The encoder LM takes the types as `token_types=`; where none are given,
+            every position is type 0.
+        head_transform: between the last layer and the output projection, a dense D -> D layer,
+            the feed-forward network's activation and a LayerNorm (ε = norm_eps).
+        output_bias: a bias on the output projection (its own parameter, also when the
+            weight is tied to the embedding).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
         attention: the attention pattern (a subclass of AttentionConfig for variants) of every
             self-attention stack, or of the decoder of an encoder-decoder.
@@ -220,6 +229,10 @@ class ModelConfig:
     embed_scale: float | None = None
     scale_tied_output: bool = False
     tie_embeddings: bool = True
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    head_transform: bool = False
+    output_bias: bool = False
     pad_id: int | None = None
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     ffn: FFNConfig = field(default_factory=FFNConfig)
@@ -261,6 +274,7 @@ class ModelConfig:
         for name in ("tgt_vocab_size", "n_encoder_layers"):
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
+        non_negative("type_vocab_size", self.type_vocab_size, "0: no token-type embeddings")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
@@ -337,6 +351,11 @@ class ModelConfig:
             raise ConfigError(
                 f"adaptive_cutoffs={list(cutoffs)} must all be below "
                 f"vocab_size={self.target_vocab_size}: drop the cutoffs at or above it"
+            )
+        if self.output_bias:
+            raise ConfigError(
+                "output_bias: an adaptive softmax has its own output projections, with biases: "
+                "set output_bias=False"
             )
         if self.tie_embeddings:
             raise ConfigError(
@@ -479,6 +498,12 @@ def positive(name: str, value: Any, hint: str = "") -> None:
         raise ConfigError(
             f"{name}={value!r} must be a positive integer" + (f": {hint}" if hint else "")
         )
+
+
+def non_negative(name: str, value: Any, zero: str) -> None:
+    """Refuse anything but an integer >= 0, naming the option and what 0 means."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{name}={value!r} must be a non-negative integer ({zero})")
 
 
 def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -29,28 +29,32 @@ RANDOM_PROB = 0.1  # of the selected: replaced by a random token; the rest are k
 
 @dataclass(frozen=True)
 class MaskedVocab:
-    """A tokenizer's ids [0, real_size) plus the ids appended after them: [MASK] and [PAD].
+    """A tokenizer's ids [0, real_size) plus the ids appended after them: [MASK] and [PAD]; or,
+    for a pretrained tokenizer that has its own mask and padding tokens, those (`own`), with
+    nothing appended.
 
     Args:
         real_size: the tokenizer's vocabulary size.
+        own: the (mask, pad) ids inside the tokenizer's vocabulary; None: append them.
     """
 
     real_size: int
+    own: tuple[int, int] | None = None
 
     @property
     def mask_id(self) -> int:
-        """[MASK]: the first id after the tokenizer's."""
-        return self.real_size
+        """[MASK]: the first id after the tokenizer's (or the tokenizer's own)."""
+        return self.real_size if self.own is None else self.own[0]
 
     @property
     def pad_id(self) -> int:
-        """[PAD]: after [MASK]."""
-        return self.real_size + 1
+        """[PAD]: after [MASK] (or the tokenizer's own)."""
+        return self.real_size + 1 if self.own is None else self.own[1]
 
     @property
     def size(self) -> int:
-        """The model's vocabulary: the tokenizer's and the two special ids."""
-        return self.real_size + 2
+        """The model's vocabulary: the tokenizer's and the special ids appended to it."""
+        return self.real_size + (2 if self.own is None else 0)
 
     def special_tokens(self) -> dict[str, int]:
         """{"[MASK]": id, "[PAD]": id}, for the run folder."""

@@ -6,6 +6,7 @@ Shapes: B batch, T length, D model width, V vocabulary.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
@@ -55,23 +56,53 @@ def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
 
 
 class InputEmbedding(nn.Module):
-    """Dropout(E[token] · s + PE[position]), Vaswani §3.4 and §5.4, with s =
+    """Dropout(Norm(E[token] · s + T[type] + PE[position])), Vaswani §3.4 and §5.4, with s =
     `ModelConfig.embedding_scale`: by default 1 / the table's initial standard deviation, so the
-    input has unit variance, which is the paper's s = √D when the table starts at D^-1/2."""
+    input has unit variance, which is the paper's s = √D when the table starts at D^-1/2.
+
+    The token-type table T (`type_vocab_size` rows) and the LayerNorm (`embed_norm`) are
+    there only when the config asks; without them the input is the paper's."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
         super().__init__()
         if token is None:
             token = TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
         self.token = token
+        self.token_type = None
+        if cfg.type_vocab_size:
+            self.token_type = TokenEmbedding(cfg.type_vocab_size, cfg.d_model, cfg.embedding_std)
         self.position = build_position(cfg)
         self.scale = cfg.embedding_scale
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if cfg.embed_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
-        """(B, T) ids starting at absolute position `offset` -> (B, T, D)."""
+    def forward(self, tokens: Tensor, offset: int = 0, token_types: Tensor | None = None) -> Tensor:
+        """(B, T) ids starting at absolute position `offset` -> (B, T, D); `token_types` (B, T)
+        ids of the token-type table, None: all type 0."""
         x = self.token(tokens) * self.scale  # (B, T, D)
+        x = self.add_types(x, tokens, token_types)
         position = self.position(tokens.shape[1], offset)  # (T, D) or None
         if position is not None:
             x = x + position.to(x.dtype)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(x)
+
+    def add_types(self, x: Tensor, tokens: Tensor, token_types: Tensor | None) -> Tensor:
+        """x (B, T, D) plus the token-type embeddings of `token_types` (type 0 when None)."""
+        if self.token_type is None:
+            if token_types is not None:
+                raise InputError(
+                    "token_types were given, but the model has no token-type embeddings "
+                    "(type_vocab_size=0): call it without token_types"
+                )
+            return x
+        if token_types is None:
+            return x + self.token_type.weight[0].to(x.dtype)  # every position type 0
+        if token_types.shape != tokens.shape:
+            raise InputError(
+                f"token_types have shape {tuple(token_types.shape)} but the tokens "
+                f"{tuple(tokens.shape)}: give one type id per token"
+            )
+        check_tokens(token_types, self.token_type.num_embeddings, "token_types")
+        return x + F.embedding(token_types, self.token_type.weight)  # (B, T, D)

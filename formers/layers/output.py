@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.layers.feedforward import ACTIVATION
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
@@ -70,11 +71,13 @@ def check_targets(targets: Tensor, tokens: Tensor, vocab_size: int) -> None:
 
 
 class OutputProjection(nn.Linear):
-    """h -> (h · scale) Wᵀ without bias: the pre-softmax projection D -> V."""
+    """h -> (h · scale) Wᵀ (+ b when `bias`): the pre-softmax projection D -> V."""
 
-    def __init__(self, d_model: int, vocab_size: int, scale: float = 1.0):
-        super().__init__(d_model, vocab_size, bias=False)
+    def __init__(self, d_model: int, vocab_size: int, scale: float = 1.0, bias: bool = False):
+        super().__init__(d_model, vocab_size, bias=bias)
         self.scale = scale
+        if bias:
+            nn.init.zeros_(self.bias)
 
     def forward(self, hidden: Tensor) -> Tensor:
         """(…, D) -> (…, V)."""
@@ -82,13 +85,17 @@ class OutputProjection(nn.Linear):
 
 
 def tied_output(
-    embedding: nn.Embedding, tie: bool, std: float | None = None, scale: bool = False
+    embedding: nn.Embedding,
+    tie: bool,
+    std: float | None = None,
+    scale: bool = False,
+    bias: bool = False,
 ) -> nn.Linear:
     """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4) and then
     scaling its input by D^-1/2 when `scale`; else its own, initialised with standard deviation
-    `std` (default D^-1/2)."""
+    `std` (default D^-1/2). With `bias`, a bias of its own (tied or not), starting at zero."""
     vocab_size, d_model = embedding.weight.shape
-    head = OutputProjection(d_model, vocab_size, d_model**-0.5 if tie and scale else 1.0)
+    head = OutputProjection(d_model, vocab_size, d_model**-0.5 if tie and scale else 1.0, bias)
     if tie:
         head.weight = embedding.weight
     else:
@@ -124,4 +131,29 @@ def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value
         )
-    return tied_output(embedding, cfg.tie_embeddings, cfg.embed_init_std, cfg.scale_tied_output)
+    return tied_output(
+        embedding, cfg.tie_embeddings, cfg.embed_init_std, cfg.scale_tied_output, cfg.output_bias
+    )
+
+
+class HeadTransform(nn.Module):
+    """h -> LayerNorm(act(h W + b)): a dense layer between the last layer and the output
+    projection (`ModelConfig.head_transform`), with the feed-forward network's activation."""
+
+    def __init__(self, d_model: int, activation: str, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(d_model, d_model)
+        self.activation = ACTIVATION[activation]
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """(…, D) -> (…, D)."""
+        return self.norm(self.activation(self.dense(hidden)))
+
+
+def head_transform(cfg: ModelConfig) -> nn.Module:
+    """What the last states go through before the output layer: `HeadTransform` when the
+    config asks for one, else nothing."""
+    if not cfg.head_transform:
+        return nn.Identity()
+    return HeadTransform(cfg.d_model, cfg.ffn.activation, cfg.norm_eps)

@@ -13,7 +13,7 @@ from formers.layers.cache import Cache
 from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding, check_tokens
 from formers.layers.mask import AttentionMask, padding_mask
-from formers.layers.output import check_targets, output_layer, token_loss
+from formers.layers.output import check_targets, head_transform, output_layer, token_loss
 from formers.models.output import ModelOutput
 from formers.registry import build_stack
 
@@ -37,6 +37,7 @@ class EncoderDecoder(nn.Module):
         self.encoder = build_stack(cfg, "encoder")
         self.decoder = build_stack(cfg, "decoder", cross_attention=True)
         self.encoder_norm, self.decoder_norm = final_norm(cfg), final_norm(cfg)
+        self.head_transform = head_transform(cfg)
         self.lm_head = output_layer(cfg, self.tgt_embed.token)
         self.diagnostics = Diagnostics(self)
 
@@ -98,7 +99,7 @@ class EncoderDecoder(nn.Module):
         check_tokens(tgt_in, self.cfg.target_vocab_size, "tgt_in")
         context, context_mask = self.encode(src, src_valid)
         x = self.decode(tgt_in, context, context_mask, tgt_valid)
-        logits = self.lm_head(x)  # (B, T, V)
+        logits = self.lm_head(self.head_transform(x))  # (B, T, V)
         loss = None
         if targets is not None:
             check_targets(targets, tgt_in, self.cfg.target_vocab_size)

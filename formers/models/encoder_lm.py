@@ -24,7 +24,12 @@ class EncoderLM(BlockStackLM):
     stack = "encoder"
 
     def forward(
-        self, tokens: Tensor, targets: Tensor | None = None, *, key_valid: Tensor | None = None
+        self,
+        tokens: Tensor,
+        targets: Tensor | None = None,
+        *,
+        key_valid: Tensor | None = None,
+        token_types: Tensor | None = None,
     ) -> ModelOutput:
         """Score (B, T) tokens; targets are -100 except at the positions to predict.
 
@@ -32,9 +37,11 @@ class EncoderLM(BlockStackLM):
             tokens: (B, T) token ids.
             targets: (B, T) ids to predict, -100 (or `pad_id`) where nothing is predicted.
             key_valid: (B, T) bool, False at padding; derived from `pad_id` when None.
+            token_types: (B, T) ids of the token-type table (`type_vocab_size`), e.g. the
+                segment of each token; None: every position is type 0.
         """
         self.diagnostics.reset()
-        x = self.embed(tokens)  # (B, T, D)
+        x = self.embed(tokens, token_types=token_types)  # (B, T, D)
         if key_valid is None:
             key_valid = padding_mask(tokens, self.cfg.pad_id)
         mask = AttentionMask(causal=False, key_valid=key_valid)

@@ -13,13 +13,14 @@ from formers.config import ModelConfig, Stack
 from formers.layers.block import final_norm
 from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding
-from formers.layers.output import check_targets, output_layer, token_loss
+from formers.layers.output import check_targets, head_transform, output_layer, token_loss
 from formers.models.output import ModelOutput
 from formers.registry import build_stack
 
 
 class BlockStackLM(nn.Module):
-    """Token + position embeddings, a stack of Blocks, a final norm and the (tied) output layer.
+    """Token + position embeddings, a stack of Blocks, a final norm, the head transform (when
+    configured) and the (tied) output layer.
 
     Subclasses decide how the Blocks are masked and called (causal with a cache and memory,
     bidirectional), and which of the config's stacks they are (`stack`).
@@ -33,13 +34,14 @@ class BlockStackLM(nn.Module):
         self.embed = InputEmbedding(cfg, cfg.vocab_size)
         self.layers = build_stack(cfg, self.stack)
         self.final_norm = final_norm(cfg)
+        self.head_transform = head_transform(cfg)
         self.lm_head = output_layer(cfg, self.embed.token)
         self.diagnostics = Diagnostics(self)
 
     def output(self, hidden: Tensor, tokens: Tensor, targets: Tensor | None) -> ModelOutput:
         """Logits (B, T, V) of the last states (B, T, D), the loss when targets are given, and
         the auxiliary losses and metrics the layers reported."""
-        logits = self.lm_head(self.final_norm(hidden))  # (B, T, V)
+        logits = self.lm_head(self.head_transform(self.final_norm(hidden)))  # (B, T, V)
         loss = None
         if targets is not None:
             check_targets(targets, tokens, self.cfg.vocab_size)

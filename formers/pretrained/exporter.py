@@ -35,6 +35,7 @@ def export_hf(
     tensors: dict[str, Any] = {}
     for p in family.params(run.config.model):  # a tied matrix is stored once
         tensors.setdefault(p.hf, p.to_hf(state[p.name]).contiguous())
+    tensors = family.denormalise(tensors, run.config.model)
     tokenizer = getattr(run.tokenizer, "hf", None)  # a `tokenizers` tokenizer (BPE), if any
     _write(out, config, tensors, None if tokenizer is None else tokenizer.to_str())
     return {
@@ -46,9 +47,18 @@ def export_hf(
 
 
 def family_of(cfg: ModelConfig) -> Family:
-    """The first family that can express `cfg`; else the reason the first one gives."""
+    """The first family of `cfg.arch` that can express `cfg`; else the reason the first one
+    gives."""
+    families = {f.name: f for f in FAMILIES.values()}.values()
+    same_arch = [f for f in families if f.arch == cfg.arch]
+    if not same_arch:
+        archs = ", ".join(sorted({f"{f.arch} ({f.name})" for f in families}))
+        raise PretrainedError(
+            f"the model has arch={cfg.arch!r}, which no family formers exports expresses: it "
+            f"exports {archs}"
+        )
     reasons = []
-    for family in {f.name: f for f in FAMILIES.values()}.values():
+    for family in same_arch:
         try:
             family.hf_config(cfg, None)
             return family

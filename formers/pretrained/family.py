@@ -76,9 +76,12 @@ class Family:
             checkpoint (export); refuses, naming the field, a config it cannot express.
         ignored: checkpoint tensors that are no parameters (buffers older versions saved).
         special_tokens: vocabulary entries its tokenizer treats as special, which GPT-2-style
-            vocab.json + merges.txt files do not mark.
+            vocab.json + merges.txt and vocab.txt files do not mark.
         normalise: (checkpoint tensors, formers config) -> the tensors under the names
             `params` spells (some savers drop a prefix, some save a tied matrix twice).
+        denormalise: the inverse on export: tensors under the names `params` spells -> the
+            checkpoint's own (a family whose q, k and v are separate splits the fused one).
+        arch: the formers `arch` its models are; export asks only these families.
     """
 
     name: str
@@ -93,6 +96,10 @@ class Family:
     normalise: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] = field(
         default=lambda weights, cfg: weights
     )
+    denormalise: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] = field(
+        default=lambda tensors, cfg: tensors
+    )
+    arch: str = "decoder"
 
     def state_dict(self, weights: dict[str, Tensor], cfg: ModelConfig, source: str) -> dict:
         """The formers state dict of a checkpoint's tensors; a missing or unexpected tensor is

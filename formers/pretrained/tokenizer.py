@@ -1,10 +1,12 @@
-"""A model folder's tokenizer, as the `tokenizers` library reads it: tokenizer.json, or GPT-2's
-original vocab.json + merges.txt (byte-level BPE), built as `transformers` builds its fast
-tokenizer from them. Either becomes formers' `BPETokenizer`, stored in the run folder whole.
+"""A model folder's tokenizer, as the `tokenizers` library reads it: tokenizer.json, GPT-2's
+original vocab.json + merges.txt (byte-level BPE), or BERT-style vocab.txt (WordPiece), the
+last two built as `transformers` builds its fast tokenizer from them. Each becomes formers'
+`BPETokenizer` (a `tokenizers` tokenizer), stored in the run folder whole.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from formers.data.tokenizers import BPETokenizer
@@ -12,7 +14,8 @@ from formers.pretrained.errors import PretrainedError
 
 TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"
-TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE)
+WORDPIECE_FILE, TOKENIZER_CONFIG = "vocab.txt", "tokenizer_config.json"
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, WORDPIECE_FILE, TOKENIZER_CONFIG)
 
 
 def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> BPETokenizer:
@@ -29,9 +32,11 @@ def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> BPETok
             raise PretrainedError(f"{path} is not a tokenizers file ({error})") from None
     if (folder / VOCAB_FILE).is_file() and (folder / MERGES_FILE).is_file():
         return _byte_level_bpe(folder, special_tokens)
+    if (folder / WORDPIECE_FILE).is_file():
+        return _wordpiece(folder, special_tokens)
     raise PretrainedError(
-        f"{folder} has no tokenizer ({TOKENIZER_FILE}, or {VOCAB_FILE} + {MERGES_FILE}): copy "
-        "the model's tokenizer files into it"
+        f"{folder} has no tokenizer ({TOKENIZER_FILE}, {VOCAB_FILE} + {MERGES_FILE}, or "
+        f"{WORDPIECE_FILE}): copy the model's tokenizer files into it"
     )
 
 
@@ -60,3 +65,38 @@ def _byte_level_bpe(folder: Path, special_tokens: tuple[str, ...]) -> BPETokeniz
         [AddedToken(t, special=True, normalized=False) for t in special_tokens if t in vocab]
     )
     return BPETokenizer(hf)
+
+
+def _wordpiece(folder: Path, special_tokens: tuple[str, ...]) -> BPETokenizer:
+    """vocab.txt (one token a line, the line its id) as transformers' BertTokenizer reads it,
+    with the casing and accent options of tokenizer_config.json."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    lines = (folder / WORDPIECE_FILE).read_text(encoding="utf-8").split("\n")
+    vocab = {token: i for i, token in enumerate(lines[:-1] if lines[-1] == "" else lines)}
+    options = _tokenizer_options(folder)
+    hf = Tokenizer(models.WordPiece(vocab, unk_token=options.get("unk_token", "[UNK]")))
+    hf.normalizer = normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=options.get("tokenize_chinese_chars", True),
+        strip_accents=options.get("strip_accents"),
+        lowercase=options.get("do_lower_case", True),
+    )
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    hf.decoder = decoders.WordPiece(prefix="##")
+    hf.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in special_tokens if t in vocab]
+    )
+    return BPETokenizer(hf)
+
+
+def _tokenizer_options(folder: Path) -> dict:
+    """tokenizer_config.json's settings, or none when the folder has no such file."""
+    path = folder / TOKENIZER_CONFIG
+    if not path.is_file():
+        return {}
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise PretrainedError(f"{path} is not JSON ({error}): fetch the model again") from None
+    return options if isinstance(options, dict) else {}

@@ -1,8 +1,10 @@
-"""Fixtures of the import tests: the tiny random GPT-2 of hf_gpt2.py, saved once."""
+"""Fixtures of the import tests: the tiny random GPT-2 of hf_gpt2.py and BERT of hf_bert.py,
+saved once."""
 
 import shutil
 
 import pytest
+from hf_bert import save_bert
 from hf_gpt2 import save_gpt2
 
 
@@ -27,3 +29,18 @@ def gpt2_copy(gpt2_folder, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(gpt2_folder, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def bert_folder(tmp_path_factory):
+    """The tiny random BERT's folder, saved once."""
+    folder = tmp_path_factory.mktemp("bert")
+    save_bert(folder)
+    return folder
+
+
+@pytest.fixture
+def bert(bert_folder):
+    """(folder, Hugging Face model read from it), the model this test's own to change."""
+    transformers = pytest.importorskip("transformers")
+    return bert_folder, transformers.BertForMaskedLM.from_pretrained(bert_folder).eval()

@@ -36,10 +36,10 @@ def test_a_folder_that_is_not_a_model(tmp_path, capsys):
 
 
 def test_an_unsupported_architecture_names_the_supported_ones(gpt2_copy, tmp_path, capsys):
-    edit_config(gpt2_copy, architectures=["BertForMaskedLM"], model_type="bert")
+    edit_config(gpt2_copy, architectures=["T5ForConditionalGeneration"], model_type="t5")
     line = refused(gpt2_copy, tmp_path / "run", capsys)
-    assert "holds a BertForMaskedLM model, which formers cannot import" in line
-    assert "it imports GPT2LMHeadModel" in line
+    assert "holds a T5ForConditionalGeneration model, which formers cannot import" in line
+    assert "it imports BertForMaskedLM, GPT2LMHeadModel" in line
 
 
 @pytest.mark.parametrize(

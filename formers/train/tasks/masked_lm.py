@@ -35,6 +35,7 @@ from tqdm import tqdm
 from formers.data.batching import StreamBatcher
 from formers.data.corpora import Corpus, load_corpus
 from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
+from formers.data.tokenizers import PRETRAINED_TOKENIZER, Tokenizer
 from formers.errors import FormersError
 from formers.layers.output import token_loss
 from formers.train.config import RunConfig, with_data_fields
@@ -42,6 +43,8 @@ from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task
 
 EVAL_SEED = 20190524  # fixed: the masks of evaluation never depend on the run
+# how the tokenizers of pretrained masked LMs spell their mask token
+MASK_TOKENS = ("[MASK]", "<mask>")
 
 
 @dataclass
@@ -176,6 +179,18 @@ def evaluate_masked(
     )
 
 
+def own_special_ids(tokenizer: Tokenizer, pad_id: int | None) -> tuple[int, int] | None:
+    """(mask, pad) of a tokenizer that came with pretrained weights: its special mask token
+    and the model's padding id; None when it has no mask token or the model no padding id
+    (a masked LM trained here, whose special ids follow the tokenizer's)."""
+    hf = getattr(tokenizer, "hf", None)
+    if hf is None or pad_id is None:
+        return None
+    special = {t.content: i for i, t in hf.get_added_tokens_decoder().items() if t.special}
+    mask = next((special[t] for t in MASK_TOKENS if t in special), None)
+    return None if mask is None else (mask, pad_id)
+
+
 class MaskedLMTask(Task):
     """p(x_t | the corrupted sequence) at BERT's selected positions (arch="encoder")."""
 
@@ -187,8 +202,13 @@ class MaskedLMTask(Task):
 
     @property
     def vocab(self) -> MaskedVocab:
-        """The tokenizer's ids and the [MASK] and [PAD] ids after them."""
-        return MaskedVocab(self.data.tokenizer.vocab_size)
+        """The tokenizer's ids and the [MASK] and [PAD] ids after them; a pretrained model's
+        tokenizer's own mask token and the model's padding id when it has them."""
+        tokenizer = self.data.tokenizer
+        own = None
+        if self.cfg.train.tokenizer == PRETRAINED_TOKENIZER:
+            own = own_special_ids(tokenizer, self.cfg.model.pad_id)
+        return MaskedVocab(tokenizer.vocab_size, own)
 
     def model_config(self, cfg: RunConfig) -> RunConfig:
         vocab = self.vocab
