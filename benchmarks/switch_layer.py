@@ -74,9 +74,16 @@ def hf_switch(d: int, f: int, e: int, cf: float, seq_len: int) -> tuple[nn.Modul
         router_jitter_noise=0.01, dropout_rate=0.0, dense_act_fn="relu",
     )  # fmt: skip
     layer = SwitchTransformersSparseMLP(config)
+    # transformers 5 returns only the output; the router's (index, probs, logits) are read off it
+    # with a hook, which works with 4.x too
+    routed: list[tuple[Tensor, Tensor, Tensor]] = []
+    layer.router.register_forward_hook(lambda module, args, result: routed.append(result))
 
     def run(x: Tensor) -> Tensor:
-        out, (router_logits, expert_index) = layer(x)
+        routed.clear()
+        out = layer(x)
+        out = out[0] if isinstance(out, tuple) else out
+        expert_index, _, router_logits = routed[0]
         probs = torch.softmax(router_logits.float(), dim=-1)
         return out, 0.01 * load_balancing_loss_func(probs, expert_index)
 
