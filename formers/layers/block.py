@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.layers.attention import NO_MASK, MultiHeadAttention
-from formers.layers.cache import LayerState
+from formers.layers.cache import DecoderLayerState, LayerState
+from formers.layers.cross_attention import CrossAttention
 from formers.layers.mask import AttentionMask
 
 
@@ -129,8 +130,10 @@ class DecoderBlock(nn.Module):
         self.attn_res, self.cross_res, self.ffn_res = residual(cfg), residual(cfg), residual(cfg)
 
     def new_state(self) -> LayerState | None:
-        """This layer's empty decoding state: its self-attention's."""
-        return self.attn.new_state()
+        """This layer's empty decoding state: its self-attention's, and its cross-attention's
+        keys and values of the context (a layer that projects them anew each step keeps none)."""
+        cross = self.cross_attn.new_state() if isinstance(self.cross_attn, CrossAttention) else None
+        return DecoderLayerState(self.attn.new_state(), cross)
 
     def forward(
         self,
@@ -141,7 +144,15 @@ class DecoderBlock(nn.Module):
         state: LayerState | None = None,
         valid: Tensor | None = None,
     ) -> Tensor:
-        """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
-        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=state))
-        x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
+        """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D).
+
+        With a decoding state (`new_state()`), `context` is read only at the first step, and
+        its rows may be fewer than the decoding rows (see `ContextKV`)."""
+        attn_state = cross_state = None
+        if isinstance(state, DecoderLayerState):
+            attn_state, cross_state = state.attn, state.cross_attn
+        x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=attn_state))
+        x = self.cross_res(
+            x, lambda h: self.cross_attn(h, context=context, mask=context_mask, state=cross_state)
+        )
         return self.ffn_res(x, lambda h: self.ffn(h, valid, state))
