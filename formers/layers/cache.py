@@ -129,6 +129,11 @@ class ContextKV(LayerState):
                     "encoder output of the sources themselves and reorder the cache instead"
                 )
             rows = torch.arange(k.shape[0], device=k.device).repeat_interleave(batch // k.shape[0])
+        elif rows.shape[0] != batch:
+            raise InputError(
+                f"the cache was reordered to {rows.shape[0]} rows but {batch} rows were decoded: "
+                "decode the rows of the cache's last reorder"
+            )
         self.k, self.v, self.key_valid, self.rows = k, v, key_valid, None
         self._regroup(rows)
 

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 import formers
+from formers.errors import InputError
 from formers.infer.seq2seq import beam_search, greedy_search
 from formers.layers.cache import ContextKV, KVCache
 
@@ -160,3 +161,15 @@ def test_the_self_attention_cache_reorders_into_its_spare_buffers():
         values[:, :, :5], -k[[0, 0, 2]]
     )
     assert torch.equal(keys[:, :, 5], k[:, :, 0])
+
+
+def test_decoding_rows_that_do_not_match_the_context_or_the_reorder_are_named():
+    model, src = tiny_model(), padded_sources([4, 6])
+    with torch.no_grad():
+        context, mask = model.encode(src)
+        with pytest.raises(InputError, match="3 decoding rows cannot share 2 context rows"):
+            model.decode(torch.full((3, 1), BOS), context, mask, cache=model.new_cache())
+        cache = model.new_cache()
+        cache.reorder(torch.tensor([0, 0, 1, 1]))
+        with pytest.raises(InputError, match="reordered to 4 rows but 2 rows were decoded"):
+            model.decode(torch.full((2, 1), BOS), context, mask, cache=cache)
