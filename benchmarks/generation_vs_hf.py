@@ -215,23 +215,17 @@ def beam_call(
 def candidates(args: argparse.Namespace, workload: str, dtype: torch.dtype) -> dict[str, Callable]:
     """One call per library for `workload` in `dtype`, on the same inputs."""
     g = torch.Generator().manual_seed(0)
-    clock = CLOCKS[args.clock]
     if workload == "greedy":
-        prompt = torch.randint(3, GPT2_VOCAB, (1, args.prompt_len), generator=g)
-        builders = {"formers": formers_decoder, "hf": hf_decoder}
-        calls = {}
-        for lib in args.libs:
-            torch.manual_seed(0)
-            model = builders[lib](args).to(dtype)
-            calls[lib] = greedy_call(lib, model, prompt, args.new_tokens, clock)
-        return calls
-    src = torch.randint(3, MARIAN_VOCAB, (args.sentences, args.src_len), generator=g)
-    builders = {"formers": formers_seq2seq, "hf": hf_seq2seq}
+        inputs = torch.randint(3, GPT2_VOCAB, (1, args.prompt_len), generator=g)
+        builders, make_call = {"formers": formers_decoder, "hf": hf_decoder}, greedy_call
+    else:
+        inputs = torch.randint(3, MARIAN_VOCAB, (args.sentences, args.src_len), generator=g)
+        builders, make_call = {"formers": formers_seq2seq, "hf": hf_seq2seq}, beam_call
     calls = {}
     for lib in args.libs:
         torch.manual_seed(0)
         model = builders[lib](args).to(dtype)
-        calls[lib] = beam_call(lib, model, src, args.new_tokens, clock)
+        calls[lib] = make_call(lib, model, inputs, args.new_tokens, CLOCKS[args.clock])
     return calls
 
 

@@ -1,56 +1,28 @@
 """The encoder–decoder's decoding state: self-attention keys and values per row, the encoder
 states' keys and values per source (projected once), and both following beam search's reorders.
 
-Everything in float64, where the cached and the recomputed paths agree to rounding (1e-12).
+In float64 the cached and the recomputed paths agree to rounding (1e-12); in float32, to the token.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from test_seq2seq import BOS, EOS, PAD, SEARCHES, V, padded_sources
+from test_seq2seq import tiny_model as seq2seq_model
 from torch import Tensor, nn
 
-import formers
 from formers.errors import InputError
-from formers.infer.seq2seq import beam_search, greedy_search
 from formers.layers.cache import ContextKV, KVCache
 
-PAD, BOS, EOS = 0, 1, 2
-V = 40
 TOL = 1e-12
 
 
-def tiny_model(dtype: torch.dtype = torch.float64, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    cfg = formers.config(
-        "transformer",
-        n_layers=2,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        vocab_size=V,
-        pad_id=PAD,
-        dropout=0.0,
-        tie_embeddings=False,  # tied, a tiny random model mostly copies its input
-    )
-    model = formers.build(cfg).to(dtype).eval()
-    with torch.no_grad():  # sharper distributions, so rows end at varied steps
-        model.lm_head.weight.mul_(4.0)
-    return model
+def tiny_model(dtype: torch.dtype = torch.float64) -> nn.Module:
+    """test_seq2seq's model in eval mode (dropout off), for the tests that call it directly."""
+    return seq2seq_model(dtype=dtype).eval()
 
 
-def padded_sources(lengths: list[int], seed: int = 1) -> Tensor:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), PAD)
-    for row, n in enumerate(lengths):
-        src[row, :n] = torch.randint(3, V, (n,), generator=g)
-    return src
-
-
-SEARCHES = {
-    "greedy": lambda model, src, **kw: greedy_search(model, src, **kw),
-    "beam4": lambda model, src, **kw: beam_search(model, src, beam=4, alpha=0.6, **kw),
-}
 IDS = dict(bos_id=BOS, eos_id=EOS, pad_id=PAD, max_len_b=12)
 
 
