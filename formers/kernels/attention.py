@@ -126,7 +126,8 @@ def explicit_attention(
     # Strided keys and values (a cache's filled prefix, heads split off a fused projection)
     # send CPU bf16 matmuls down a slow path; a copy first is far cheaper. One decoding step,
     # 8 heads of 64, 540 cached keys, 1 thread: Q Kᵀ 596 µs strided, 19 + 106 µs copied;
-    # weights @ V 134 vs 19 + 77 µs. Training's Q Kᵀ (2 × 512 tokens): 4.0 vs 2.9 ms.
+    # weights @ V 134 vs 19 + 77 µs (the whole decoding loop of 6 layers of 512 gains about 2 %).
+# Training's Q Kᵀ (2 × 512 tokens): 4.0 vs 2.9 ms.
     k, v = k.contiguous(), v.contiguous()
     scores = (q * scale) @ k.transpose(-2, -1)  # (..., T, S)
     if allowed is None and causal:
