@@ -15,6 +15,7 @@ from formers.config import AttentionConfig, FFNConfig, ModelConfig, Stack
 from formers.errors import ConfigError
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
+from formers.layers.cross_attention import CrossAttention
 from formers.layers.feedforward import FeedForward
 from formers.variants.linformer import LinformerAttention
 from formers.variants.longformer import LongformerAttention
@@ -87,7 +88,7 @@ def build_stack(cfg: ModelConfig, stack: Stack, cross_attention: bool = False) -
         attn = build_attention(cfg, options)
         ffn = build_ffn(cfg, cfg.ffn_at(stack, index))
         if cross_attention:
-            cross = MultiHeadAttention.from_config(cfg, AttentionConfig(bias=cfg.attention.bias))
+            cross = CrossAttention.from_config(cfg, AttentionConfig(bias=cfg.attention.bias))
             layers.append(DecoderBlock(cfg, attn, cross, ffn))
         else:
             layers.append(BLOCK.get(options.kind, Block)(cfg, attn, ffn))

@@ -19,6 +19,7 @@ Shapes: B batch, T prompt length, N new tokens, W window, V vocabulary.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
@@ -171,6 +172,13 @@ def _start(
     return tokens, stream
 
 
+def _last_position_only(core: nn.Module) -> dict[str, bool]:
+    """The keyword that asks `core` for the last position's logits alone, if it takes one:
+    every step reads only those, and a prompt's (T, V) scores can cost more than its layers."""
+    accepts = "only_last" in inspect.signature(core.forward).parameters
+    return {"only_last": True} if accepts else {}
+
+
 @torch.no_grad()
 def _decode(
     model: nn.Module,
@@ -192,13 +200,14 @@ def _decode(
     done = torch.zeros(batch, dtype=torch.bool, device=prompt.device)  # (B,)
     modes = [(module, module.training) for module in model.modules()]
     model.eval()
+    last = _last_position_only(core)
     try:
         cache = None
         if carry == "cache" and (window is None or length <= window):
             cache = core.new_cache()
-            out = model(prompt, cache=cache)
+            out = model(prompt, cache=cache, **last)
         else:
-            out = model(_crop(prompt, window))
+            out = model(_crop(prompt, window), **last)
         for end in range(length + 1, length + max_new_tokens + 1):
             next_token = sample(out.logits[:, -1])  # (B,)
             if stop_token is not None:
@@ -209,12 +218,12 @@ def _decode(
             if end == tokens.shape[1] or (stop_token is not None and bool(done.all())):
                 return
             if cache is not None and (window is None or end <= window):
-                out = model(tokens[:, end - 1 : end], cache=cache)  # continues at position end-1
+                out = model(tokens[:, end - 1 : end], cache=cache, **last)  # at position end-1
             else:
                 # no cache, or the cache would pass the window: re-encode the last W tokens
                 # from position 0 on every remaining step (see the module docstring).
                 cache = None
-                out = model(_crop(tokens[:, :end], window))
+                out = model(_crop(tokens[:, :end], window), **last)
     finally:
         for module, training in modes:
             module.training = training

@@ -12,13 +12,17 @@ end token among the first K finishes a hypothesis, the first K others stay alive
 is done once it has K finished hypotheses. So beam 1 is greedy search exactly.
 
 A finished sentence leaves the batch: its rows are dropped from the cache (`Cache.reorder`),
-the encoder states and their mask, so a long tail costs only its own rows.
+so a long tail costs only its own rows. A model whose cache keeps the encoder states' keys and
+values per source (`caches_context`, as `EncoderDecoder` does) gets the encoder states once, one
+row per sentence, and its cache maps the rows onto them; any other model gets the encoder states
+and their mask reordered with the rows, one copy per row.
 
 What the model must offer (`formers.models.EncoderDecoder` does):
     encode(src) -> (context, context_mask)               (B, S) ids -> (B, S, D), AttentionMask
     decode(tgt, context, context_mask, cache=) -> states  (B, T, D); cache None: no cache
     lm_head(states) -> scores                            (B, T, V) logits or log-probabilities
     new_cache() -> Cache
+    caches_context (optional) -> bool                    see above; False when absent
 
 Shapes: B sentences, K beams, N rows (B·K, fewer as sentences finish), S source length,
 T target length so far, D model width, V vocabulary, C = 2K candidates.
@@ -70,9 +74,15 @@ class _Rows:
     def __init__(self, model: nn.Module, context: Tensor, mask: AttentionMask, use_cache: bool):
         self.model, self.context, self.mask = model, context, mask
         self.cache = model.new_cache() if use_cache else None
+        # the cache maps rows onto the sources itself: the encoder states stay one per source
+        self.per_source = self.cache is not None and bool(getattr(model, "caches_context", False))
 
     def take(self, index: Tensor) -> None:
         """Keep rows `index` (N',) of everything, in that order; rows may repeat."""
+        if self.cache is not None:
+            self.cache.reorder(index)
+        if self.per_source:
+            return
         self.context = self.context[index]
         tensors = {
             f.name: getattr(self.mask, f.name)[index]
@@ -80,8 +90,6 @@ class _Rows:
             if isinstance(getattr(self.mask, f.name), Tensor)
         }
         self.mask = dataclasses.replace(self.mask, **tensors)
-        if self.cache is not None:
-            self.cache.reorder(index)
 
     def next_log_probs(self, prefix: Tensor) -> Tensor:
         """log p(y_t | y_<t, x) in fp32, (N, V), for the (N, T) prefixes (BOS first)."""

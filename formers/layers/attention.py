@@ -135,13 +135,15 @@ class MultiHeadAttention(nn.Module, AttentionCost):
         if context is None:
             qkv = self.qkv_proj(x)  # (B, T, 3D)
             return (*self.split_heads(qkv, 3), mask)
-        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
-        d = self.d_model
-        q = F.linear(x, weight[:d], None if bias is None else bias[:d])  # (B, T, D)
-        kv = F.linear(context, weight[d:], None if bias is None else bias[d:])  # (B, S, 2D)
-        (q,) = self.split_heads(q, 1)
-        k, v = self.split_heads(kv, 2)
+        (q,) = self.split_heads(self.in_proj(x, slice(None, self.d_model)), 1)
+        k, v = self.split_heads(self.in_proj(context, slice(self.d_model, None)), 2)
         return q, k, v, mask
+
+    def in_proj(self, x: Tensor, rows: slice) -> Tensor:
+        """x (B, T, D) through `rows` of the stacked W^Q, W^K, W^V and their biases: (B, T, D)
+        for W^Q alone, (B, T, 2D) for W^K and W^V."""
+        bias = self.qkv_proj.bias
+        return F.linear(x, self.qkv_proj.weight[rows], None if bias is None else bias[rows])
 
     def split_heads(self, x: Tensor, parts: int) -> tuple[Tensor, ...]:
         """(B, T, parts·D) -> `parts` tensors of shape (B, H, T, K)."""

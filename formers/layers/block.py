@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from formers.config import ModelConfig
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import BlockState, block_parts
+from formers.layers.cross_attention import CrossAttention
 from formers.layers.mask import AttentionMask
 
 
@@ -130,9 +131,11 @@ class DecoderBlock(nn.Module):
         self.attn_res, self.cross_res, self.ffn_res = residual(cfg), residual(cfg), residual(cfg)
 
     def new_state(self) -> BlockState:
-        """This layer's empty decoding state: its self-attention's and feed-forward network's
-        (the cross-attention reads the fixed encoder output and keeps none)."""
-        return BlockState(self.attn.new_state(), self.ffn.new_state())
+        """This layer's empty decoding state: its self-attention's and feed-forward network's,
+        and its cross-attention's keys and values of the context (a cross-attention that
+        projects them anew each step keeps none)."""
+        cross = self.cross_attn.new_state() if isinstance(self.cross_attn, CrossAttention) else None
+        return BlockState(self.attn.new_state(), self.ffn.new_state(), cross)
 
     def forward(
         self,
@@ -143,8 +146,14 @@ class DecoderBlock(nn.Module):
         state: BlockState | None = None,
         valid: Tensor | None = None,
     ) -> Tensor:
-        """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D)."""
+        """(B, T, D) decoder states attending to (B, S, D) encoder states -> (B, T, D).
+
+        With a decoding state (`new_state()`), `context` is read only at the first step, and
+        its rows may be fewer than the decoding rows (see `ContextKV`)."""
         attn_state, ffn_state = block_parts(state)
+        cross_state = state.cross if state is not None else None
         x = self.attn_res(x, lambda h: self.attn(h, mask=mask, state=attn_state))
-        x = self.cross_res(x, lambda h: self.cross_attn(h, context=context, mask=context_mask))
+        x = self.cross_res(
+            x, lambda h: self.cross_attn(h, context=context, mask=context_mask, state=cross_state)
+        )
         return self.ffn_res(x, lambda h: self.ffn(h, valid, ffn_state))

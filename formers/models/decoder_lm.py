@@ -47,6 +47,7 @@ class DecoderLM(BlockStackLM):
         *,
         memory: list[Any] | None = None,
         cache: Cache | None = None,
+        only_last: bool = False,
     ) -> ModelOutput:
         """Score (B, T) tokens; with `cache`, they continue the positions already cached.
 
@@ -56,6 +57,8 @@ class DecoderLM(BlockStackLM):
             memory: `out.memory` of the previous segment of the same texts (recurrent models;
                 None or [] at the start of a text).
             cache: decoding state from `new_cache()`, extended in place.
+            only_last: return the logits of the last position alone, (B, 1, V), as decoding
+                needs; no targets.
         """
         self.diagnostics.reset()
         if cache is not None:
@@ -71,7 +74,7 @@ class DecoderLM(BlockStackLM):
             x = layer(x, mask, state, valid)
         if cache is not None:
             cache.position += tokens.shape[1]
-        out = self.output(x, tokens, targets)
+        out = self.output(x, tokens, targets, only_last)
         if cache is None and self.recurrent:
             out.memory = [None if state is None else state.carried() for state in states]
         return out

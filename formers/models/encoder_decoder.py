@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from formers.config import ModelConfig
 from formers.layers.block import final_norm
 from formers.layers.cache import Cache
+from formers.layers.cross_attention import CrossAttention
 from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding, check_tokens
 from formers.layers.mask import AttentionMask, padding_mask
@@ -73,8 +74,21 @@ class EncoderDecoder(nn.Module):
         return self.decoder_norm(x)
 
     def new_cache(self) -> Cache:
-        """An empty decoding state (each decoder layer's own) for incremental decoding."""
+        """An empty decoding state for incremental decoding: per decoder layer, its
+        self-attention's keys and values, and its cross-attention's keys and values of the
+        encoder states, projected at the first step (see `caches_context`)."""
         return Cache([layer.new_state() for layer in self.decoder])
+
+    @property
+    def caches_context(self) -> bool:
+        """Whether `decode(..., cache=)` keeps the encoder states' keys and values per source.
+
+        Then the encoder states are read at the first step only, and may stay one row per
+        source while the cache's rows are reordered (beam search's K rows per source, then
+        fewer as sentences finish): pass `encode`'s output as it is, and `Cache.reorder` the
+        rows.
+        """
+        return all(isinstance(layer.cross_attn, CrossAttention) for layer in self.decoder)
 
     def forward(
         self,

@@ -10,6 +10,7 @@ from typing import ClassVar
 from torch import Tensor, nn
 
 from formers.config import ModelConfig, Stack
+from formers.errors import InputError
 from formers.layers.block import final_norm
 from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding
@@ -38,9 +39,18 @@ class BlockStackLM(nn.Module):
         self.lm_head = output_layer(cfg, self.embed.token)
         self.diagnostics = Diagnostics(self)
 
-    def output(self, hidden: Tensor, tokens: Tensor, targets: Tensor | None) -> ModelOutput:
+    def output(
+        self, hidden: Tensor, tokens: Tensor, targets: Tensor | None, only_last: bool = False
+    ) -> ModelOutput:
         """Logits (B, T, V) of the last states (B, T, D), the loss when targets are given, and
-        the auxiliary losses and metrics the layers reported."""
+        the auxiliary losses and metrics the layers reported; with `only_last`, the logits of
+        the last position alone, (B, 1, V)."""
+        if only_last:
+            if targets is not None:
+                raise InputError("only_last=True scores one position: call it without targets")
+            # decoding reads the last position alone: the output layer over a 512-token
+            # prompt (50,257 ids) costs more than the whole stack of 6 layers of 512
+            hidden = hidden[:, -1:]  # (B, 1, D)
         logits = self.lm_head(self.head_transform(self.final_norm(hidden)))  # (B, T, V)
         loss = None
         if targets is not None:

@@ -58,6 +58,19 @@ def test_greedy_with_cache_equals_without(norm):
     assert cached[:, 6:].unique().numel() > 5  # a non-degenerate continuation
 
 
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "recomputed"])
+def test_the_output_layer_scores_only_the_last_position(use_cache):
+    # the prompt's pass needs the next token's scores alone, not (T, V) of them
+    model = vanilla(tie_embeddings=False)
+    rows = []
+    model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[1]))
+    tokens = generate(model, random_tokens(2, 12, V), 5, temperature=0, use_cache=use_cache)
+    assert rows == [1] * 5
+    assert torch.equal(tokens, reference_greedy(model, tokens[:, :12], 5))
+    full = model(tokens).logits
+    torch.testing.assert_close(model(tokens, only_last=True).logits, full[:, -1:])
+
+
 @pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("position", ["sinusoidal", "learned"])
 def test_seeded_sampling_with_cache_equals_without(norm, position):

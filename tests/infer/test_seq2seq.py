@@ -24,7 +24,7 @@ PAD, BOS, EOS = 0, 1, 2
 V = 40
 
 
-def tiny_model(seed: int = 0) -> nn.Module:
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
     torch.manual_seed(seed)
     cfg = formers.config(
         "transformer",
@@ -37,7 +37,7 @@ def tiny_model(seed: int = 0) -> nn.Module:
         dropout=0.1,
         tie_embeddings=False,  # a tiny random model with tied embeddings mostly copies its input
     )
-    model = formers.build(cfg).double()
+    model = formers.build(cfg).to(dtype)
     with torch.no_grad():  # sharper distributions than the init's, so EOS comes at varied steps
         model.lm_head.weight.mul_(4.0)
     return model

@@ -15,6 +15,7 @@ import formers
 from formers import registry
 from formers.config import FFNConfig
 from formers.layers.attention import MultiHeadAttention
+from formers.layers.cross_attention import CrossAttention
 from formers.layers.diagnostics import Reports
 from formers.layers.feedforward import FeedForward
 from formers.models import reconfigure
@@ -62,7 +63,7 @@ def test_the_encoder_of_an_encoder_decoder_can_have_its_own_attention():
     model = formers.build(cfg)
     assert attention_kinds(model.encoder) == ["TopKAttention"] * 2
     assert attention_kinds(model.decoder) == ["MultiHeadAttention"] * 2
-    assert all(type(layer.cross_attn) is MultiHeadAttention for layer in model.decoder)
+    assert all(type(layer.cross_attn) is CrossAttention for layer in model.decoder)
     assert formers.config_from_dict(cfg.to_dict()) == cfg
     with pytest.raises(formers.ConfigError, match="encoder_attention"):
         tiny_config("vanilla", encoder_attention={"kind": "topk"})

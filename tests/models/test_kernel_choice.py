@@ -1,10 +1,11 @@
 """One rule picks the fused or the explicit attention kernel, for every attention kind.
 
 `formers.kernels.attention.masked_attention` runs torch's fused kernel except on CPU in
-bf16/fp16 with at most CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS keys, where two matmuls and a softmax
-are faster. Every kind with vanilla scores and weights reaches attention through it, whatever
-its pattern (the full (T, S) problem, Longformer's band blocks, Routing's cluster and local
-blocks); XL and top-k compute their own scores or weights and never take the fused kernel.
+bf16/fp16 with at most CPU_LOW_PRECISION_EXPLICIT_MAX_KEYS keys (or one query a row, a decoding
+step), where two matmuls and a softmax are faster. Every kind with vanilla scores and weights
+reaches attention through it, whatever its pattern (the full (T, S) problem, Longformer's band
+blocks, Routing's cluster and local blocks); XL and top-k compute their own scores or weights
+and never take the fused kernel.
 """
 
 from __future__ import annotations
@@ -84,3 +85,13 @@ def test_one_rule_picks_the_kernel(kind, dtype, length, monkeypatch):
     for path, keys in calls:
         fused = dtype == torch.float32 or keys > LIMIT
         assert path == ("fused" if fused else "explicit"), (path, keys)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_one_query_a_row_takes_the_explicit_path_at_any_length_in_low_precision(dtype):
+    # a decoding step: its explicit weights are one row per head, no memory for the fused
+    # kernel to save, and the explicit path is several times faster
+    keys = torch.zeros(1, 2, 4 * LIMIT, 8, dtype=dtype)
+    assert not kernels.fused_kernel_is_faster(torch.zeros(1, 2, 1, 8, dtype=dtype), keys)
+    assert kernels.fused_kernel_is_faster(torch.zeros(1, 2, 2, 8, dtype=dtype), keys)
+    assert kernels.fused_kernel_is_faster(torch.zeros(1, 2, 1, 8), keys.float())

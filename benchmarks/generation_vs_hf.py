@@ -1,0 +1,327 @@
+"""Decoding speed of formers against Hugging Face `transformers`' `generate`, same shapes.
+
+Two workloads, each in fp32 and bf16 (weights cast), the same torch threads for both libraries:
+  greedy   a GPT-2-shaped decoder LM (pre-LN, learned positions, tied embeddings, GPT-2's
+           50,257-token vocabulary; by default 6 layers of d_model 512, 8 heads, d_ff 2048),
+           one prompt of --prompt-len random tokens, then --new-tokens greedy tokens with the
+           key/value cache. Reported: decoding tokens/s, timed from the first new token to the
+           last (the prompt's pass is reported apart, as prefill seconds).
+  beam4    a Marian-sized encoder–decoder (6 + 6 layers, d_model 512, 8 heads, d_ff 2048, an
+           8,000-token shared vocabulary), --sentences source sentences of --src-len tokens,
+           beam 4, exactly --new-tokens decoder steps. Reported: sentences/s of the whole call.
+  formers: `formers.infer.iter_generate` and `formers.infer.seq2seq.beam_search`;
+  hf:      `GPT2LMHeadModel.generate` and `MarianMTModel.generate`, models built from configs.
+
+Random weights of the same shape on both sides (formers cannot read the Hugging Face weights
+yet): the work of a dense model does not depend on its values. So that both sides do exactly
+the same number of steps, no side may stop early: `transformers` gets min_new_tokens equal to
+max_new_tokens (its end token is suppressed until then), formers' greedy decoding has no stop
+token, and formers' beam search gets the end token's logit pushed to -1e9 (a hook on its output
+layer) and a length limit that forces the end token at step --new-tokens. The small differences
+left: Marian's FFN activation is SiLU, formers' here ReLU; the two searches' bookkeeping differs
+(each library's own).
+
+Timing: the candidates run in interleaved rounds (the order rotates every round), each round
+one call per candidate; medians and min–max per candidate, and the formers/hf ratio of medians.
+Pass --libs formers (or hf) alone to time one library in a process of its own. On a busy
+machine, --threads 1 --clock cpu counts each call's CPU time rather than its elapsed time, which
+other processes inflate. Not a test.
+
+    python benchmarks/generation_vs_hf.py --threads 2 --repeats 5 --json gen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import formers
+from formers.infer import iter_generate
+from formers.infer.seq2seq import beam_search
+
+GPT2_VOCAB, MARIAN_VOCAB = 50257, 8000
+PAD, BOS, EOS = 0, 1, 2
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+# wall: elapsed time; cpu: this process's CPU time, which a busy machine's other processes do
+# not inflate (meaningful with --threads 1, where CPU time is the work done)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def formers_decoder(args: argparse.Namespace) -> nn.Module:
+    """The GPT-2-shaped decoder LM in formers (random weights)."""
+    cfg = formers.config(
+        "vanilla",
+        n_layers=args.layers,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=4 * args.d_model,
+        vocab_size=GPT2_VOCAB,
+        max_len=1024,
+        position="learned",
+        norm="pre",
+        **{"ffn.activation": "gelu"},
+        dropout=0.0,
+    )
+    return formers.build(cfg).eval()
+
+
+def hf_decoder(args: argparse.Namespace) -> nn.Module:
+    """The same shape as `GPT2LMHeadModel` (random weights)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=GPT2_VOCAB,
+        n_positions=1024,
+        n_embd=args.d_model,
+        n_layer=args.layers,
+        n_head=args.heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def formers_seq2seq(args: argparse.Namespace) -> nn.Module:
+    """The Marian-sized encoder–decoder in formers (random weights), its end token suppressed."""
+    cfg = formers.config(
+        "transformer",
+        n_layers=6,
+        d_model=512,
+        n_heads=8,
+        d_ff=2048,
+        vocab_size=MARIAN_VOCAB,
+        pad_id=PAD,
+        dropout=0.0,
+    )
+    model = formers.build(cfg).eval()
+
+    def no_end(module: nn.Module, inputs: Any, logits: Tensor) -> Tensor:
+        return logits.index_fill(-1, torch.tensor([EOS], device=logits.device), -1e9)
+
+    model.lm_head.register_forward_hook(no_end)
+    return model
+
+
+def hf_seq2seq(args: argparse.Namespace) -> nn.Module:
+    """The same shape as `MarianMTModel` (random weights)."""
+    from transformers import MarianConfig, MarianMTModel
+
+    cfg = MarianConfig(
+        vocab_size=MARIAN_VOCAB,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        max_position_embeddings=512,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        forced_eos_token_id=None,
+    )
+    return MarianMTModel(cfg).eval()
+
+
+def greedy_call(
+    lib: str, model: nn.Module, prompt: Tensor, n: int, clock: Callable[[], float]
+) -> Callable[[], dict]:
+    """One greedy generation; returns its prefill seconds and decoding tokens/s."""
+
+    def formers_run() -> list[float]:
+        stamps = [clock()]
+        for _ in iter_generate(model, prompt, n, temperature=0):
+            stamps.append(clock())
+        return stamps
+
+    def hf_run() -> list[float]:
+        stamps = [clock()]
+
+        class Clock:  # `generate` calls put() with the prompt, then with every new token
+            def put(self, value: Tensor) -> None:
+                stamps.append(clock())
+
+            def end(self) -> None:
+                pass
+
+        model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=n,
+            min_new_tokens=n,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=PAD,
+            streamer=Clock(),
+        )
+        return stamps[:1] + stamps[2:]  # drop the prompt's put()
+
+    run = formers_run if lib == "formers" else hf_run
+
+    def call() -> dict:
+        stamps = run()
+        assert len(stamps) == n + 1, f"{lib} produced {len(stamps) - 1} tokens, not {n}"
+        decode = stamps[-1] - stamps[1]
+        return {"prefill_s": stamps[1] - stamps[0], "value": (n - 1) / decode}
+
+    return call
+
+
+def beam_call(
+    lib: str, model: nn.Module, src: Tensor, n: int, clock: Callable[[], float]
+) -> Callable[[], dict]:
+    """One beam-4 search over the batch of sources; returns sentences/s."""
+
+    def call() -> dict:
+        start = clock()
+        if lib == "formers":
+            # steps 0 … max_len: the end token is forced at step |x| + max_len_b = n - 1
+            hyps = beam_search(
+                model, src, beam=4, alpha=0.6, bos_id=BOS, eos_id=EOS, pad_id=PAD,
+                max_len_b=n - 1 - src.shape[1],
+            )  # fmt: skip
+            lengths = {len(h.tokens) + 1 for h in hyps}
+        else:
+            out = model.generate(
+                src,
+                attention_mask=torch.ones_like(src),
+                num_beams=4,
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                length_penalty=0.6,
+            )
+            lengths = {out.shape[1] - 1}  # less the decoder start token
+        seconds = clock() - start
+        assert lengths == {n}, f"{lib} decoded {lengths} steps, not {n}"
+        return {"value": src.shape[0] / seconds}
+
+    return call
+
+
+def candidates(args: argparse.Namespace, workload: str, dtype: torch.dtype) -> dict[str, Callable]:
+    """One call per library for `workload` in `dtype`, on the same inputs."""
+    g = torch.Generator().manual_seed(0)
+    if workload == "greedy":
+        inputs = torch.randint(3, GPT2_VOCAB, (1, args.prompt_len), generator=g)
+        builders, make_call = {"formers": formers_decoder, "hf": hf_decoder}, greedy_call
+    else:
+        inputs = torch.randint(3, MARIAN_VOCAB, (args.sentences, args.src_len), generator=g)
+        builders, make_call = {"formers": formers_seq2seq, "hf": hf_seq2seq}, beam_call
+    calls = {}
+    for lib in args.libs:
+        torch.manual_seed(0)
+        model = builders[lib](args).to(dtype)
+        calls[lib] = make_call(lib, model, inputs, args.new_tokens, CLOCKS[args.clock])
+    return calls
+
+
+def rounds(calls: dict[str, Callable], repeats: int, warmup: int) -> dict[str, list[dict]]:
+    """`repeats` results per library, in rounds whose order rotates, after `warmup` calls."""
+    names = list(calls)
+    for name in names:
+        for _ in range(warmup):
+            calls[name]()
+    results: dict[str, list[dict]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(calls[name]())
+    return results
+
+
+def summary(results: list[dict]) -> dict[str, Any]:
+    """Median, min and max of the runs' values (and of their prefill seconds, if any)."""
+    values = [r["value"] for r in results]
+    out: dict[str, Any] = {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "runs": values,
+    }
+    if "prefill_s" in results[0]:
+        out["prefill_s_median"] = statistics.median(r["prefill_s"] for r in results)
+    return out
+
+
+UNITS = {"greedy": "decode tokens/s", "beam4": "sentences/s"}
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'workload':9} {'dtype':5} {'library':8} {'median':>9} {'min':>9} {'max':>9}  unit")
+    for row in rows:
+        s = row["summary"]
+        print(
+            f"{row['workload']:9} {row['dtype']:5} {row['library']:8} {s['median']:9.2f} "
+            f"{s['min']:9.2f} {s['max']:9.2f}  {UNITS[row['workload']]}"
+            + (f"  (prefill {s['prefill_s_median']:.2f} s)" if "prefill_s_median" in s else "")
+        )
+    by_key = {(r["workload"], r["dtype"], r["library"]): r["summary"]["median"] for r in rows}
+    for (workload, dtype, lib), value in by_key.items():
+        if lib == "formers" and (workload, dtype, "hf") in by_key:
+            ratio = value / by_key[(workload, dtype, "hf")]
+            print(f"formers/hf {workload} {dtype}: {ratio:.2f}x")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", nargs="+", default=["greedy", "beam4"], choices=list(UNITS))
+    p.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=list(DTYPES))
+    p.add_argument("--libs", nargs="+", default=["formers", "hf"], choices=["formers", "hf"])
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--clock", choices=list(CLOCKS), default="wall")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--layers", type=int, default=6, help="greedy decoder's layers")
+    p.add_argument("--d-model", type=int, default=512, help="greedy decoder's width")
+    p.add_argument("--heads", type=int, default=8, help="greedy decoder's heads")
+    p.add_argument("--prompt-len", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=32, help="decoder steps, both workloads")
+    p.add_argument("--sentences", type=int, default=8, help="beam4: sources in the batch")
+    p.add_argument("--src-len", type=int, default=20, help="beam4: tokens per source")
+    p.add_argument("--json", help="write the settings and every run here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for workload in args.workloads:
+        for dtype in args.dtypes:
+            results = rounds(candidates(args, workload, DTYPES[dtype]), args.repeats, args.warmup)
+            for lib, runs in results.items():
+                rows.append(
+                    {"workload": workload, "dtype": dtype, "library": lib, "summary": summary(runs)}
+                )
+    print(f"threads {args.threads}, {args.clock} clock, {args.repeats} interleaved rounds")
+    print_table(rows)
+    if args.json:
+        import transformers
+
+        meta = {
+            "settings": vars(args),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "machine": platform.machine(),
+            "processor": platform.processor(),
+        }
+        with open(args.json, "w") as f:
+            json.dump({**meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
