@@ -46,4 +46,3 @@ def test_every_spec_command_on_a_page_names_an_existing_spec(page, spec):
 def test_every_experiment_spec_is_run_from_a_page(path):
     named = {spec for _, spec in spec_commands()}
     assert path.relative_to(ROOT).as_posix() in named, f"no page runs {path.name}"
-
