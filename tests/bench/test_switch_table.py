@@ -8,6 +8,8 @@ import json
 import statistics
 from pathlib import Path
 
+from test_compare_spec import TINY as COMPARE_TINY
+
 from formers.bench.compare import run_compare
 from formers.bench.compare_spec import Arm, CompareSpec
 from formers.bench.flops import training_flops_per_token
@@ -15,21 +17,8 @@ from formers.run import read_run_config
 from formers.train.metrics import read_metrics
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "switch_table.py"
-TINY = {
-    "model.n_layers": 2,
-    "model.d_model": 32,
-    "model.n_heads": 2,
-    "model.d_ff": 64,
-    "model.dropout": 0.0,
-    "train.batch_size": 4,
-    "train.seq_len": 16,
-    "train.warmup_steps": 1,
-    "train.max_steps": 10,
-    "train.eval_every": 5,
-    "train.log_every": 1,
-    "train.save_every": 0,
-    "train.precision": "fp32",
-}
+# two layers: the Switch FFN is in every other one
+TINY = COMPARE_TINY | {"model.n_layers": 2, "train.max_steps": 10, "train.eval_every": 5}
 
 
 def load_script():
