@@ -344,13 +344,28 @@ def generate_table(args: argparse.Namespace, device: torch.device) -> dict[str, 
 
 
 def state_bytes(cache: Any) -> int:
-    """Bytes of the tensors every layer's decoding state holds (buffers at their capacity)."""
-    total = 0
+    """Bytes of the tensors every layer's decoding state holds (buffers at their capacity), found
+    through the states' attributes, tuples, lists and dicts; a storage shared by views counts
+    once."""
+    storages: dict[int, int] = {}
+
+    def visit(value: Any) -> None:
+        if isinstance(value, Tensor):
+            storage = value.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for item in vars(value).values():
+                visit(item)
+
     for state in cache.layers:
-        for value in vars(state.attn).values():
-            if isinstance(value, Tensor):
-                total += value.untyped_storage().nbytes()
-    return total
+        visit(state)
+    return sum(storages.values())
 
 
 def plot(result: dict[str, Any], path: Path, title: str) -> None:
