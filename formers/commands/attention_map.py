@@ -39,10 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_attention_map(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.bench.plots import pyplot
     from formers.infer.attention_map import attention_layers, record_attention
 
-    pyplot()  # matplotlib missing: say so before loading anything
+    try:  # matplotlib missing: say so before loading anything
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise FormersError(
+            "formers attention-map draws with matplotlib: pip install 'formers[plots]'"
+        ) from None
     if not args.text:
         raise FormersError("--text is empty: give at least one character to read")
     if args.max_tokens < 1:
