@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from formers.infer.attention_map import AttentionMap
 
-HEADS_PER_ROW = 4
+HEADS_PER_ROW = 2
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +63,7 @@ def cmd_attention_map(args: argparse.Namespace, extra: list[str]) -> int:
     figure = draw_attention_map(found, title)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=120)
+    figure.savefig(out, dpi=100)
     print(f"wrote {out}")
     return 0
 
@@ -127,12 +127,10 @@ def draw_attention_map(found: AttentionMap, title: str) -> Figure:
     if found.tokens_per_key > 1:
         reach = token_reach(found.weights, found.tokens_per_key)
         panels.append((reach, f"token read through the keys ({found.tokens_per_key} per key)"))
-    size = 2.2 + 0.09 * max(len(found.keys), len(found.queries))
+    size = 1.5 + 0.07 * max(len(found.keys), len(found.queries))
+    height = size * rows * len(panels)
     figure, axes = plt.subplots(
-        rows * len(panels),
-        columns,
-        figsize=(size * columns, size * rows * len(panels)),
-        squeeze=False,
+        rows * len(panels), columns, figsize=(size * columns, height), squeeze=False
     )
     for p, (weights, axis_name) in enumerate(panels):
         for head in range(heads):
@@ -140,11 +138,16 @@ def draw_attention_map(found: AttentionMap, title: str) -> Figure:
             ax.imshow(weights[head].numpy(), cmap="viridis", vmin=0.0, aspect="auto")
             ax.set_title(f"head {head}", fontsize=9)
             ax.set_xlabel(axis_name, fontsize=8)
+            earlier = len(found.keys) - len(found.queries)
+            if found.key_axis == "key position" and earlier > 0:
+                # keys before the text read in this call: a memory (or a cache)
+                ax.axvline(earlier - 0.5, color="white", linewidth=0.8)
+                ax.set_xlabel(f"{axis_name} (left of the line: memory)", fontsize=8)
             _ticks(ax, found, keys_are_tokens=p > 0 or found.key_axis == "key position")
     for ax in axes.flat[heads * len(panels) :]:
         ax.axis("off")
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / height))  # half an inch for the title
     return figure
 
 
