@@ -1,5 +1,5 @@
 """The `formers` command: train | eval | generate | translate | average | convert | import
-| export | bench | compare | data | presets | config.
+| export | bench | compare | attention-map | data | presets | config.
 
 This module parses the command line and dispatches; each command's arguments and work are in its
 module of `formers.commands`.
@@ -14,6 +14,7 @@ import sys
 
 from formers import __version__
 from formers.commands import (
+    attention_map,
     average,
     bench,
     compare,
@@ -45,6 +46,7 @@ COMMANDS = (
     config,
     bench,
     compare,
+    attention_map,
     translate,
     average,
 )

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from formers.kernels.record import recording, report
+
 # On CPU in bf16/fp16, two batched matmuls and a softmax beat torch's fused (flash) kernel:
 # training tokens/s explicit vs fused 2,319 vs 1,911 at 512 keys, 2,103 vs 1,972 at 1,024, and
 # within 5 % beyond (1,814 vs 1,735 at 1,536; 1,610 vs 1,584 at 2,048) (the 6×512 model of
@@ -73,7 +75,8 @@ def masked_attention(
     Returns:
         (..., T, K); zero for a query that sees no key.
     """
-    if keep is None and fused_kernel_is_faster(q, k):
+    # while recording, the explicit path: the fused kernel does not give its weights out
+    if keep is None and fused_kernel_is_faster(q, k) and not recording():
         return fused_attention(q, k, v, allowed, causal=causal, scale=scale, dropout=dropout)
     return explicit_attention(
         q,
@@ -140,6 +143,8 @@ def explicit_attention(
         weights = torch.softmax(mask_scores(scores, allowed), dim=-1)
         if not every_query_sees_a_key:
             weights = zero_rows_without_keys(weights, allowed)
+    if recording():
+        report(weights)
     if keep is not None:
         weights = weights * keep / (1 - dropout)
     elif dropout > 0:

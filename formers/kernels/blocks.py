@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels.attention import masked_attention
+from formers.kernels.record import recording, report, take
 
 
 class GlobalKeys(NamedTuple):
@@ -91,8 +92,29 @@ def band_attention(
 
     allowed = allowed.reshape(batch * n_blocks, 1, size, -1)  # (B·N, 1, Q, L + G)
     out = masked_attention(query_blocks(q), keys, values, allowed, scale=scale, dropout=dropout)
+    if recording():
+        report(band_positions(take(), batch, length, size, left, right))
     out = out.view(batch, n_blocks, heads, size, -1).transpose(1, 2)  # (B, H, N, Q, K)
     return out.reshape(batch, heads, padded, -1)[:, :, :length]  # (B, H, T, K)
+
+
+def band_positions(
+    weights: Tensor, batch: int, length: int, size: int, left: int, right: int
+) -> Tensor:
+    """Blocked weights (B·N, H, Q, L + G) over key positions, for the recorder: (B, H, T, T + G),
+    the band's keys at their positions, then the global keys. Local key e of block c is
+    position cQ − left + e."""
+    n_blocks, heads = weights.shape[0] // batch, weights.shape[1]
+    span, padded = size + left + right, n_blocks * size
+    w = weights.view(batch, n_blocks, heads, size, -1).transpose(1, 2)  # (B, H, N, Q, L + G)
+    first = torch.arange(n_blocks, device=w.device)[:, None, None] * size  # (N, 1, 1)
+    column = first + torch.arange(span, device=w.device)  # (N, 1, L): position + left
+    column = column.expand(batch, heads, n_blocks, size, span)
+    dense = w.new_zeros(batch, heads, n_blocks, size, left + padded + right)
+    dense.scatter_(-1, column, w[..., :span])  # (B, H, N, Q, left + N·Q + right)
+    band = dense.view(batch, heads, padded, -1)[:, :, :length, left : left + length]
+    global_ = w[..., span:].reshape(batch, heads, padded, -1)[:, :, :length]  # (B, H, T, G)
+    return torch.cat([band, global_], dim=-1)  # (B, H, T, T + G)
 
 
 def _with_global_keys(

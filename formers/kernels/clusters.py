@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels.attention import masked_attention
+from formers.kernels.record import recording, report, take
 
 
 class ClusterRanks(NamedTuple):
@@ -201,7 +202,19 @@ def attend_in_blocks(
         dropout=dropout,
         keep=keep,
     )  # (B, H·N, W, K)
+    if recording():  # by slot, like the output: (B, H, N·W, T)
+        key_slots = key_slots[..., None, :].expand(batch, heads, n_blocks, window, -1)
+        report(_slot_weights(take(), key_slots.flatten(2, 3), length))
     return out.view(batch, heads, n_blocks * window, -1)
+
+
+def _slot_weights(weights: Tensor, key_tokens: Tensor, length: int) -> Tensor:
+    """Blocked weights (B, H·N, W, M) of the slots over key positions, for the recorder:
+    (B, H, N·W, T); `key_tokens` (B, H, N·W, M) is the token of each key slot, T if empty."""
+    batch, heads, slots, keys = key_tokens.shape
+    w = weights.reshape(batch, heads, slots, keys)
+    dense = w.new_zeros(batch, heads, slots, length + 1)  # column T: the empty slots
+    return dense.scatter_add_(-1, key_tokens, w)[..., :length]
 
 
 def cluster_attention(
@@ -250,6 +263,9 @@ def cluster_attention(
         scale=scale,
         dropout=dropout,
     )  # (B, H, N·W, K)
+    if recording():  # each token's row of slot weights
+        by_slot = take()
+        report(by_slot.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, length)))
     return out.gather(2, layout.slot_of_token[..., None].expand(-1, -1, -1, out.shape[-1]))
 
 
@@ -283,6 +299,31 @@ def ranked_attention(
     Returns:
         (B, H, T, K); zero for a query that sees no key.
     """
+    allowed = ranked_mask(
+        q_cluster,
+        q_rank,
+        k_cluster,
+        k_rank,
+        key_ok,
+        window,
+        causal=causal,
+        exclude_self=exclude_self,
+    )
+    return masked_attention(q, k, v, allowed, scale=scale)
+
+
+def ranked_mask(
+    q_cluster: Tensor,
+    q_rank: Tensor,
+    k_cluster: Tensor,
+    k_rank: Tensor,
+    key_ok: Tensor,
+    window: int,
+    *,
+    causal: bool,
+    exclude_self: bool,
+) -> Tensor:
+    """The keys each query may see under `ranked_attention`'s rule: (B, H, T, S) bool."""
     same = q_cluster[..., :, None] == k_cluster[..., None, :]  # (B, H, T, S)
     q_block, k_block = (q_rank // window)[..., :, None], (k_rank // window)[..., None, :]
     near = (k_block >= q_block - 1) & (k_block <= q_block + 1)
@@ -294,4 +335,4 @@ def ranked_attention(
         own = same & (k_rank[..., None, :] == q_rank[..., :, None]) & ok
         allowed = allowed & ~own
         allowed = allowed | (own & ~allowed.any(-1, keepdim=True))
-    return masked_attention(q, k, v, allowed, scale=scale)
+    return allowed

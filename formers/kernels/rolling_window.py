@@ -16,6 +16,7 @@ from torch import Tensor
 
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
+from formers.kernels.record import recording, report, take
 from formers.kernels.window import check_window, head_dilations, split_globals
 
 
@@ -140,4 +141,17 @@ def rolling_window_attention(
         allowed.reshape(-1, 1, 1, width),
         scale=scale,
     )
+    if recording():
+        report(_stored_positions(take().view(batch, heads, new, width), index, stored))
     return out.view(batch, heads, new, dim)
+
+
+def _stored_positions(weights: Tensor, index: Tensor, stored: int) -> Tensor:
+    """Gathered weights (B, H, n, W + G) over the stored keys, for the recorder: (B, H, n, S + G),
+    each window key at its stored index (`index`, (H, n, W)), then the global keys."""
+    batch, heads, new, _ = weights.shape
+    window = index.shape[-1]
+    dense = weights.new_zeros(batch, heads, new, stored)
+    # unreachable steps were clamped to index 0 with zero weight: adding them changes nothing
+    dense.scatter_add_(-1, index.expand(batch, heads, new, window), weights[..., :window])
+    return torch.cat([dense, weights[..., window:]], dim=-1)

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from formers.errors import InputError
 from formers.kernels.blocks import GlobalKeys, band_attention
+from formers.kernels.record import recording, report, take, take_reports
 
 # Blocks of fewer queries pay the fused kernel's per-block overhead more than they save in band
 # work (benchmarks/sliding_window_kernel.py blocks: window 16 and 64 are fastest at 32).
@@ -106,8 +107,24 @@ def sliding_window_attention(
 
     groups = _heads_by_dilation(dilations)
     if len(groups) == 1:
-        return _dilated_attention(q, k, v, dilations[0], band_valid, globals_, band)
-    # Per-head dilation: heads sharing a dilation run together, then return to their places.
+        out = _dilated_attention(q, k, v, dilations[0], band_valid, globals_, band)
+    else:
+        out = _per_head_dilation(q, k, v, groups, band_valid, globals_, band)
+    if recording():
+        report(_globals_at_positions(take(), length, global_positions))
+    return out
+
+
+def _per_head_dilation(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    groups: dict[int, list[int]],
+    band_valid: Tensor | None,
+    globals_: GlobalKeys | None,
+    band: _Band,
+) -> Tensor:
+    """Heads sharing a dilation run together, then return to their places."""
     outputs, order = [], []
     for d, head_ids in groups.items():
         index = torch.tensor(head_ids, device=q.device)
@@ -120,7 +137,23 @@ def sliding_window_attention(
         )
         order.extend(head_ids)
     inverse = torch.argsort(torch.tensor(order, device=q.device))
+    if recording():
+        report(torch.cat(take_reports(len(groups)), dim=1).index_select(1, inverse))
     return torch.cat(outputs, dim=1).index_select(1, inverse)  # (B, H, T, K)
+
+
+def _globals_at_positions(weights: Tensor, length: int, positions: Tensor | None) -> Tensor:
+    """Recorded weights (B, H, T, T + G) with each global key's weight moved to its position
+    (B, G), (B, H, T, T); without positions the global keys are a prefix, (B, H, T, G + T)."""
+    band, global_ = weights[..., :length], weights[..., length:]
+    if global_.shape[-1] == 0:
+        return band
+    if positions is None:
+        return torch.cat([global_, band], dim=-1)
+    inside = (positions >= 0) & (positions < length)  # (B, G)
+    global_ = global_ * inside[:, None, None, :]
+    index = positions.clamp(0, length - 1)[:, None, None, :].expand_as(global_)
+    return band.clone().scatter_add_(-1, index, global_)
 
 
 def default_block_size(reach: int) -> int:
@@ -192,8 +225,24 @@ def _dilated_attention(
 
     q, k, v = to_residues(q), to_residues(k), to_residues(v)  # (B·d, H, T/d, K)
     out = _blocked_band(q, k, v, valid, globals_, band)
+    if recording():
+        report(_residue_positions(take(), batch, d, length))
     out = out.view(batch, d, heads, sub_len, dim).permute(0, 2, 3, 1, 4)  # (B, H, T/d, d, K)
     return out.reshape(batch, heads, sub_len * d, dim)[:, :, :length]  # (B, H, T, K)
+
+
+def _residue_positions(weights: Tensor, batch: int, dilation: int, length: int) -> Tensor:
+    """Recorded weights of the residue classes (B·d, H, T/d, T/d + G) at their positions,
+    (B, H, T, T + G): residue r's query t and key s are positions r + t·d and r + s·d."""
+    d = dilation
+    _, heads, sub_len, width = weights.shape
+    padded, n_global = sub_len * d, width - sub_len
+    w = weights.view(batch, d, heads, sub_len, width)
+    dense = w.new_zeros(batch, heads, padded, padded + n_global)
+    for r in range(d):  # d is a few: a loop for the record only
+        dense[:, :, r::d, r:padded:d] = w[:, r, :, :, :sub_len]
+        dense[:, :, r::d, padded:] = w[:, r, :, :, sub_len:]
+    return torch.cat([dense[:, :, :length, :length], dense[:, :, :length, padded:]], dim=-1)
 
 
 def _blocked_band(

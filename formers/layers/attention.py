@@ -41,6 +41,7 @@ from formers.config import AttentionConfig, ModelConfig
 from formers.kernels.attention import mask_scores, masked_attention
 from formers.kernels.attention import zero_rows_without_keys as zero_rows
 from formers.kernels.cost import AttentionCost
+from formers.kernels.record import keep, recording, report
 from formers.layers.cache import KVCache, LayerState
 from formers.layers.mask import AttentionMask
 
@@ -67,6 +68,11 @@ class MultiHeadAttention(nn.Module, AttentionCost):
 
     config_class: ClassVar[type[AttentionConfig]] = AttentionConfig
     fused: ClassVar[bool] = True
+    # What the keys of a recorded attention map are (`formers.kernels.record`): None for the
+    # sequence's positions; a kind whose keys are something else names them.
+    key_axis: ClassVar[str | None] = None
+    # Consecutive input tokens one key mixes (a convolution's width); 1: only its own.
+    tokens_per_key: int = 1
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -122,6 +128,8 @@ class MultiHeadAttention(nn.Module, AttentionCost):
         batch, length, _ = x.shape
         q, k, v, mask = self.project(x, context, mask, state)  # (B, H, T|S, K) each
         out = self.attend(q, k, v, mask, state)  # (B, H, T, K)
+        if recording():
+            keep(self)  # the weights `attend` reported, over key positions
         return self.out_proj(out.transpose(1, 2).reshape(batch, length, self.d_model))
 
     def project(
@@ -172,6 +180,8 @@ class MultiHeadAttention(nn.Module, AttentionCost):
                 every_query_sees_a_key=mask.every_query_sees_a_key,
             )
         weights = self.weights(self.scores(q, k, mask), mask)  # (B, H, T, S)
+        if recording():
+            report(weights)
         if dropout > 0:
             weights = F.dropout(weights, dropout)
         return weights @ v

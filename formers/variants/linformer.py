@@ -118,6 +118,7 @@ class LinformerAttention(MultiHeadAttention):
     """
 
     config_class = LinformerConfig
+    key_axis = "compressed key row (Eᵀ K)"
 
     def __init__(
         self,

@@ -163,6 +163,12 @@ class MultiDConvHeadAttention(MultiHeadAttention):
         """Build from a model config and a layer's `MDHAConfig`."""
         return cls(cfg.d_model, cfg.n_heads, options, cfg.attn_dropout)
 
+    @property
+    def tokens_per_key(self) -> int:
+        """Each key is a convolution of its own token's projection and the kernel_size − 1
+        before it."""
+        return self.options.kernel_size
+
     def new_state(self) -> LayerState | None:
         """Keys and values so far, and the convolutions' left context."""
         return DConvCache()

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from formers.config import ModelConfig
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
+from formers.kernels.record import kept, recording, take
 from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
 from formers.kernels.window import sliding_window_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
@@ -248,10 +249,20 @@ class LongformerAttention(MultiHeadAttention):
         heads = masked_attention(
             q_g, k_g, v_g, allowed[:, None], scale=self.scale, dropout=dropout
         )  # (B, H, G, K)
+        if recording() and state is None:
+            self.record_global_rows(take(), index, asks)
         new_rows = self.out_proj(heads.transpose(1, 2).reshape(batch, -1, d))  # (B, G, D)
         # scatter the rows into place; the other slots write a spare row T, dropped after
         target = torch.where(asks, rows, length)[..., None].expand(-1, -1, d)  # (B, G, D)
         return F.pad(out, (0, 0, 0, 1)).scatter(1, target, new_rows)[:, :length]
+
+    def record_global_rows(self, weights: Tensor, rows: Tensor, asks: Tensor) -> None:
+        """The recorded map (B, H, T, T) with the global queries' rows (`rows`, (B, G), where
+        `asks`) replaced by their own weights (B, H, G, L) over positions 0 … L − 1."""
+        recorded, width = kept(self), weights.shape[-1]
+        for b, g in asks.nonzero().tolist():  # a few global tokens: a loop for the record only
+            recorded[b, :, rows[b, g]] = 0.0
+            recorded[b, :, rows[b, g], :width] = weights[b, :, g]
 
     def global_positions(
         self, mask: AttentionMask, batch: int, length: int, device: torch.device

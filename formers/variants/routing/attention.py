@@ -36,6 +36,7 @@ from formers.config import ModelConfig
 from formers.errors import InputError
 from formers.kernels.blocks import local_attention
 from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
+from formers.kernels.record import recording, report, take_reports
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
@@ -164,6 +165,9 @@ class RoutingAttention(MultiHeadAttention, Reports):
             return out
         q, k, v = q[:, :local], k[:, :local], v[:, :local]
         out_local = local_attention(q, k, v, self.config.local_window, **shared)  # (B, L, T, K)
+        if recording():  # reported routed first; the heads are local first
+            routed_weights, local_weights = take_reports(2)
+            report(torch.cat([local_weights, routed_weights], dim=1))
         return torch.cat([out_local, out], dim=1)
 
     def route(self, x: Tensor, valid: Tensor | None) -> Tensor:
@@ -224,6 +228,8 @@ class RoutingAttention(MultiHeadAttention, Reports):
             for a, b, window, exclude in groups
             if b > a
         ]
+        if recording():
+            report(torch.cat(take_reports(len(outs)), dim=1))
         return torch.cat(outs, dim=1)  # (B, H, T, K)
 
     # --- cost model (formers bench) -----------------------------------------------------------
