@@ -285,7 +285,8 @@ def candidates(
     args: argparse.Namespace, workload: str, dtype: str, folder: Path | None
 ) -> tuple[dict[str, Callable], dict | None]:
     """One call per library for `workload` in `dtype`, on the same inputs, and (greedy) the
-    two libraries' token agreement; fp32 tokens that differ end the run."""
+    two libraries' token agreement; fp32 tokens that differ end the run. `folder`: the
+    workload's saved model."""
     g = torch.Generator().manual_seed(0)
     if workload == "greedy":
         # ids below the end token (the last id), which neither side may decode early
@@ -385,13 +386,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def measure(args: argparse.Namespace, folder: Path | None) -> list[dict]:
+def measure(args: argparse.Namespace, folders: dict[str, Path | None]) -> list[dict]:
     """One row per workload, precision and library: the summary of its interleaved runs and
-    (greedy) the two libraries' token agreement in that precision."""
+    (greedy) the two libraries' token agreement in that precision. `folders`: each workload's
+    saved model, or None where each library builds its own."""
     rows = []
     for workload in args.workloads:
         for dtype in args.dtypes:
-            calls, agreement = candidates(args, workload, dtype, folder)
+            calls, agreement = candidates(args, workload, dtype, folders[workload])
             results = rounds(calls, args.repeats, args.warmup)
             for lib, runs in results.items():
                 rows.append(
@@ -424,8 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = save_gpt2(args, Path(tmp)) if "greedy" in args.workloads else None
-        rows = measure(args, folder)
+        greedy = "greedy" in args.workloads
+        folders = {"greedy": save_gpt2(args, Path(tmp)) if greedy else None, "beam4": None}
+        rows = measure(args, folders)
     print(f"threads {args.threads}, {args.clock} clock, {args.repeats} interleaved rounds")
     print_table(rows)
     if args.json:
