@@ -1,25 +1,35 @@
-"""Decoding speed of formers against Hugging Face `transformers`' `generate`, same shapes.
+"""Decoding speed of formers against Hugging Face `transformers`' `generate`.
 
-Two workloads, each in fp32 and bf16 (weights cast), the same torch threads for both libraries:
-  greedy   a GPT-2-shaped decoder LM (pre-LN, learned positions, tied embeddings, GPT-2's
-           50,257-token vocabulary; by default 6 layers of d_model 512, 8 heads, d_ff 2048),
-           one prompt of --prompt-len random tokens, then --new-tokens greedy tokens with the
-           key/value cache. Reported: decoding tokens/s, timed from the first new token to the
-           last (the prompt's pass is reported apart, as prefill seconds).
+Two workloads, each in fp32 and bf16, the same torch threads for both libraries:
+  greedy   a GPT-2-shaped `GPT2LMHeadModel` (by default 6 layers of d_model 512, 8 heads,
+           d_ff 2048, GPT-2's 50,257-token vocabulary; --vocab to shrink it), initialised at
+           random by `transformers`, written with `save_pretrained`, and read back by both
+           sides: formers through `formers.from_pretrained` (its own decoder LM, the same
+           weights), transformers through `GPT2LMHeadModel.from_pretrained`. One prompt of
+           --prompt-len random tokens, then --new-tokens greedy tokens with the key/value
+           cache. Before timing, both sides decode the prompt once and must give the same
+           tokens in fp32 (the run stops if not); bf16 agreement is reported (rounding may
+           flip a near-tie). Reported: decoding tokens/s, from the first new token to the
+           last (the prompt's pass apart, as prefill seconds).
   beam4    a Marian-sized encoder–decoder (6 + 6 layers, d_model 512, 8 heads, d_ff 2048, an
            8,000-token shared vocabulary), --sentences source sentences of --src-len tokens,
            beam 4, exactly --new-tokens decoder steps. Reported: sentences/s of the whole call.
+           For now the two sides have the same SHAPE but their own random weights (formers'
+           `transformer` preset, transformers' `MarianMTModel`); the work of a dense model
+           does not depend on its values. Left: Marian's FFN is SiLU, formers' here ReLU, and
+           the searches' bookkeeping is each library's own. `seq2seq_pair` is the one function
+           to change once a Marian folder can be imported: read the folder on both sides, as
+           `gpt2_pair` does, and the tokens can be compared too.
   formers: `formers.infer.iter_generate` and `formers.infer.seq2seq.beam_search`;
-  hf:      `GPT2LMHeadModel.generate` and `MarianMTModel.generate`, models built from configs.
+  hf:      `GPT2LMHeadModel.generate` and `MarianMTModel.generate` (its default attention).
 
-Random weights of the same shape on both sides (formers cannot read the Hugging Face weights
-yet): the work of a dense model does not depend on its values. So that both sides do exactly
-the same number of steps, no side may stop early: `transformers` gets min_new_tokens equal to
-max_new_tokens (its end token is suppressed until then), formers' greedy decoding has no stop
-token, and formers' beam search gets the end token's logit pushed to -1e9 (a hook on its output
-layer) and a length limit that forces the end token at step --new-tokens. The small differences
-left: Marian's FFN activation is SiLU, formers' here ReLU; the two searches' bookkeeping differs
-(each library's own).
+bf16: both sides cast their weights to bfloat16 (`model.to(torch.bfloat16)`) and run without
+autocast, so each does every matmul in bf16 and neither gets a mixed-precision advantage.
+So that both sides do exactly the same number of steps, no side may stop early: `transformers`
+gets min_new_tokens equal to max_new_tokens (its end token is suppressed until then), formers'
+greedy decoding has no stop token, and formers' beam search gets the end token's logit pushed
+to -1e9 (a hook on its output layer) and a length limit that forces the end token at step
+--new-tokens.
 
 Timing: the candidates run in interleaved rounds (the order rotates every round), each round
 one call per candidate; medians and min–max per candidate, and the formers/hf ratio of medians.
@@ -36,15 +46,17 @@ import argparse
 import json
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 import formers
-from formers.infer import iter_generate
+from formers.infer import generate, iter_generate
 from formers.infer.seq2seq import beam_search
 
 GPT2_VOCAB, MARIAN_VOCAB = 50257, 8000
@@ -55,30 +67,16 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def formers_decoder(args: argparse.Namespace) -> nn.Module:
-    """The GPT-2-shaped decoder LM in formers (random weights)."""
-    cfg = formers.config(
-        "vanilla",
-        n_layers=args.layers,
-        d_model=args.d_model,
-        n_heads=args.heads,
-        d_ff=4 * args.d_model,
-        vocab_size=GPT2_VOCAB,
-        max_len=1024,
-        position="learned",
-        norm="pre",
-        **{"ffn.activation": "gelu"},
-        dropout=0.0,
-    )
-    return formers.build(cfg).eval()
-
-
-def hf_decoder(args: argparse.Namespace) -> nn.Module:
-    """The same shape as `GPT2LMHeadModel` (random weights)."""
+def save_gpt2(args: argparse.Namespace, folder: Path) -> Path:
+    """A GPT-2-shaped `GPT2LMHeadModel` with transformers' random initialisation, saved in
+    `folder` with a byte-level tokenizer (256 bytes and <|endoftext|>, no merges): what
+    `formers.from_pretrained` needs to read a folder."""
+    from tokenizers import pre_tokenizers
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    torch.manual_seed(0)
     cfg = GPT2Config(
-        vocab_size=GPT2_VOCAB,
+        vocab_size=args.vocab,
         n_positions=1024,
         n_embd=args.d_model,
         n_layer=args.layers,
@@ -86,29 +84,68 @@ def hf_decoder(args: argparse.Namespace) -> nn.Module:
         resid_pdrop=0.0,
         embd_pdrop=0.0,
         attn_pdrop=0.0,
+        bos_token_id=args.vocab - 1,
+        eos_token_id=args.vocab - 1,
     )
-    return GPT2LMHeadModel(cfg).eval()
+    GPT2LMHeadModel(cfg).save_pretrained(folder)
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {**{ch: i for i, ch in enumerate(alphabet)}, "<|endoftext|>": args.vocab - 1}
+    (folder / "vocab.json").write_text(json.dumps(vocab))
+    (folder / "merges.txt").write_text("#version: 0.2\n")
+    return folder
+
+
+def gpt2_pair(args: argparse.Namespace, folder: Path) -> dict[str, nn.Module]:
+    """The saved GPT-2 read by each library in `args.libs`: the same weights on both sides."""
+    builders = {
+        "formers": lambda: formers.from_pretrained(folder).model,
+        "hf": lambda: _hf_gpt2(folder),
+    }
+    return {lib: builders[lib]().eval() for lib in args.libs}
+
+
+def _hf_gpt2(folder: Path) -> nn.Module:
+    from transformers import GPT2LMHeadModel
+
+    return GPT2LMHeadModel.from_pretrained(folder)
+
+
+def seq2seq_pair(args: argparse.Namespace, folder: Path | None = None) -> dict[str, nn.Module]:
+    """The Marian-sized encoder–decoder of each library in `args.libs`: the same shape, each
+    its own random weights (no Marian folder is read yet; `folder` is unused)."""
+    builders = {"formers": formers_seq2seq, "hf": hf_seq2seq}
+    pair = {}
+    for lib in args.libs:
+        torch.manual_seed(0)
+        pair[lib] = builders[lib](args).eval()
+    if "formers" in pair:
+        suppress_end_token(pair["formers"])
+    return pair
 
 
 def formers_seq2seq(args: argparse.Namespace) -> nn.Module:
-    """The Marian-sized encoder–decoder in formers (random weights), its end token suppressed."""
+    """The Marian-sized encoder–decoder in formers (random weights)."""
     cfg = formers.config(
         "transformer",
-        n_layers=6,
-        d_model=512,
-        n_heads=8,
-        d_ff=2048,
+        n_layers=args.layers,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=4 * args.d_model,
         vocab_size=MARIAN_VOCAB,
         pad_id=PAD,
         dropout=0.0,
     )
-    model = formers.build(cfg).eval()
+    return formers.build(cfg)
+
+
+def suppress_end_token(model: nn.Module) -> None:
+    """Push the end token's logit to -1e9, so formers' beams run to the length limit as
+    transformers' do under min_new_tokens."""
 
     def no_end(module: nn.Module, inputs: Any, logits: Tensor) -> Tensor:
         return logits.index_fill(-1, torch.tensor([EOS], device=logits.device), -1e9)
 
     model.lm_head.register_forward_hook(no_end)
-    return model
 
 
 def hf_seq2seq(args: argparse.Namespace) -> nn.Module:
@@ -117,13 +154,13 @@ def hf_seq2seq(args: argparse.Namespace) -> nn.Module:
 
     cfg = MarianConfig(
         vocab_size=MARIAN_VOCAB,
-        d_model=512,
-        encoder_layers=6,
-        decoder_layers=6,
-        encoder_attention_heads=8,
-        decoder_attention_heads=8,
-        encoder_ffn_dim=2048,
-        decoder_ffn_dim=2048,
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=4 * args.d_model,
+        decoder_ffn_dim=4 * args.d_model,
         max_position_embeddings=512,
         dropout=0.0,
         attention_dropout=0.0,
@@ -133,7 +170,7 @@ def hf_seq2seq(args: argparse.Namespace) -> nn.Module:
         decoder_start_token_id=PAD,
         forced_eos_token_id=None,
     )
-    return MarianMTModel(cfg).eval()
+    return MarianMTModel(cfg)
 
 
 def greedy_call(
@@ -212,21 +249,64 @@ def beam_call(
     return call
 
 
-def candidates(args: argparse.Namespace, workload: str, dtype: torch.dtype) -> dict[str, Callable]:
-    """One call per library for `workload` in `dtype`, on the same inputs."""
+def greedy_tokens(lib: str, model: nn.Module, prompt: Tensor, n: int) -> Tensor:
+    """The (B, n) tokens `lib` decodes greedily after `prompt`, under the timed settings."""
+    if lib == "formers":
+        return generate(model, prompt, n, temperature=0)[:, prompt.shape[1] :]
+    out = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=n,
+        min_new_tokens=n,
+        do_sample=False,
+        num_beams=1,
+        pad_token_id=PAD,
+    )
+    return out[:, prompt.shape[1] :]
+
+
+def greedy_agreement(pair: dict[str, nn.Module], prompt: Tensor, n: int) -> dict | None:
+    """Whether formers and transformers decode the same tokens from the same weights (None
+    when only one library runs): how many of the n agree, and where they first differ."""
+    if set(pair) != {"formers", "hf"}:
+        return None
+    got, want = (greedy_tokens(lib, pair[lib], prompt, n) for lib in ("formers", "hf"))
+    same = got == want
+    first = None if bool(same.all()) else int((~same).nonzero()[0, 1])
+    return {
+        "same_tokens": bool(same.all()),
+        "equal": int(same.sum()),
+        "of": same.numel(),
+        "first_difference": first,
+    }
+
+
+def candidates(
+    args: argparse.Namespace, workload: str, dtype: str, folder: Path | None
+) -> tuple[dict[str, Callable], dict | None]:
+    """One call per library for `workload` in `dtype`, on the same inputs, and (greedy) the
+    two libraries' token agreement; fp32 tokens that differ end the run. `folder`: the
+    workload's saved model."""
     g = torch.Generator().manual_seed(0)
     if workload == "greedy":
-        inputs = torch.randint(3, GPT2_VOCAB, (1, args.prompt_len), generator=g)
-        builders, make_call = {"formers": formers_decoder, "hf": hf_decoder}, greedy_call
+        # ids below the end token (the last id), which neither side may decode early
+        inputs = torch.randint(3, args.vocab - 1, (1, args.prompt_len), generator=g)
+        pair, make_call = gpt2_pair(args, folder), greedy_call
     else:
         inputs = torch.randint(3, MARIAN_VOCAB, (args.sentences, args.src_len), generator=g)
-        builders, make_call = {"formers": formers_seq2seq, "hf": hf_seq2seq}, beam_call
-    calls = {}
-    for lib in args.libs:
-        torch.manual_seed(0)
-        model = builders[lib](args).to(dtype)
-        calls[lib] = make_call(lib, model, inputs, args.new_tokens, CLOCKS[args.clock])
-    return calls
+        pair, make_call = seq2seq_pair(args, folder), beam_call
+    pair = {lib: model.to(DTYPES[dtype]) for lib, model in pair.items()}
+    agreement = greedy_agreement(pair, inputs, args.new_tokens) if workload == "greedy" else None
+    if dtype == "fp32" and agreement and not agreement["same_tokens"]:
+        raise SystemExit(
+            f"formers and transformers decode different tokens from the same fp32 weights "
+            f"(first at new token {agreement['first_difference']}): not timing them"
+        )
+    clock = CLOCKS[args.clock]
+    calls = {
+        lib: make_call(lib, model, inputs, args.new_tokens, clock) for lib, model in pair.items()
+    }
+    return calls, agreement
 
 
 def rounds(calls: dict[str, Callable], repeats: int, warmup: int) -> dict[str, list[dict]]:
@@ -274,6 +354,15 @@ def print_table(rows: list[dict]) -> None:
         if lib == "formers" and (workload, dtype, "hf") in by_key:
             ratio = value / by_key[(workload, dtype, "hf")]
             print(f"formers/hf {workload} {dtype}: {ratio:.2f}x")
+    for row in rows:
+        agreement = row["agreement"]
+        if agreement and row["library"] == "formers":
+            first = agreement["first_difference"]
+            print(
+                f"same tokens {row['workload']} {row['dtype']}: "
+                f"{agreement['equal']} of {agreement['of']}"
+                + ("" if first is None else f", the first difference at new token {first}")
+            )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -285,9 +374,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clock", choices=list(CLOCKS), default="wall")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--layers", type=int, default=6, help="greedy decoder's layers")
-    p.add_argument("--d-model", type=int, default=512, help="greedy decoder's width")
-    p.add_argument("--heads", type=int, default=8, help="greedy decoder's heads")
+    p.add_argument("--layers", type=int, default=6, help="layers of the decoder (each stack)")
+    p.add_argument("--d-model", type=int, default=512, help="width of both models (d_ff 4x)")
+    p.add_argument("--heads", type=int, default=8, help="attention heads of both models")
+    p.add_argument("--vocab", type=int, default=GPT2_VOCAB, help="greedy: the GPT-2's ids")
     p.add_argument("--prompt-len", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=32, help="decoder steps, both workloads")
     p.add_argument("--sentences", type=int, default=8, help="beam4: sources in the batch")
@@ -296,31 +386,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+def measure(args: argparse.Namespace, folders: dict[str, Path | None]) -> list[dict]:
+    """One row per workload, precision and library: the summary of its interleaved runs and
+    (greedy) the two libraries' token agreement in that precision. `folders`: each workload's
+    saved model, or None where each library builds its own."""
     rows = []
     for workload in args.workloads:
         for dtype in args.dtypes:
-            results = rounds(candidates(args, workload, DTYPES[dtype]), args.repeats, args.warmup)
+            calls, agreement = candidates(args, workload, dtype, folders[workload])
+            results = rounds(calls, args.repeats, args.warmup)
             for lib, runs in results.items():
                 rows.append(
-                    {"workload": workload, "dtype": dtype, "library": lib, "summary": summary(runs)}
+                    {
+                        "workload": workload,
+                        "dtype": dtype,
+                        "library": lib,
+                        "summary": summary(runs),
+                        "agreement": agreement,
+                    }
                 )
+    return rows
+
+
+def write_json(args: argparse.Namespace, rows: list[dict]) -> None:
+    import transformers
+
+    meta = {
+        "settings": vars(args),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+    }
+    with open(args.json, "w") as f:
+        json.dump({**meta, "rows": rows}, f, indent=1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        greedy = "greedy" in args.workloads
+        folders = {"greedy": save_gpt2(args, Path(tmp)) if greedy else None, "beam4": None}
+        rows = measure(args, folders)
     print(f"threads {args.threads}, {args.clock} clock, {args.repeats} interleaved rounds")
     print_table(rows)
     if args.json:
-        import transformers
-
-        meta = {
-            "settings": vars(args),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "machine": platform.machine(),
-            "processor": platform.processor(),
-        }
-        with open(args.json, "w") as f:
-            json.dump({**meta, "rows": rows}, f, indent=1)
+        write_json(args, rows)
 
 
 if __name__ == "__main__":
