@@ -29,8 +29,8 @@ NORMS: tuple[str, ...] = ("post", "pre")
 # The token embeddings' initial standard deviation, by name: 4 / d_model, or the paper's
 # d_model**-0.5 (see ModelConfig.embed_init).
 EMBED_INITS: tuple[str, ...] = ("small", "paper")
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "squared_relu")
-POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "squared_relu", "silu")
+POSITIONS: tuple[str, ...] = ("sinusoidal", "sinusoidal_halves", "learned", "none")
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class FFNConfig:
 
     Args:
         kind: the feed-forward module, a key of `formers.registry.FFN`.
-        activation: "relu", "gelu" (exact), "gelu_tanh" (its tanh approximation) or
-            "squared_relu".
+        activation: "relu", "gelu" (exact), "gelu_tanh" (its tanh approximation),
+            "squared_relu" or "silu" (x·σ(x), also called swish).
         bias: biases on the projections.
         layers: which layers of the stack use this kind (see `AttentionConfig.layers`); the
             others use `fallback()`.
@@ -169,8 +169,9 @@ class ModelConfig:
         norm: "post" (residual then LayerNorm, the paper) or "pre" (LayerNorm inside the branch).
         norm_eps: the ε every LayerNorm adds to the variance (PyTorch's 1e-5; a checkpoint
             trained with another must keep its own).
-        position: "sinusoidal", "learned" or "none" (relative variants encode positions inside
-            attention).
+        position: "sinusoidal", "sinusoidal_halves" (the same sinusoids with every sine in the
+            first half of the channels and every cosine in the second, not interleaved),
+            "learned" or "none" (relative variants encode positions inside attention).
         max_len: longest sequence; sizes the learned position table.
         embed_init: how the token embeddings start: "small", standard deviation 4 / d_model, or
             "paper", d_model**-0.5 (fairseq's). With the tied output a fresh model gives the
@@ -188,6 +189,8 @@ class ModelConfig:
             ln V, measured slower to learn (docs/architecture.md).
         tie_embeddings: share the input embedding with the pre-softmax projection (and, for
             encoder-decoders with one vocabulary, between source and target).
+        output_bias: a bias on the output projection (its own parameter, also when the
+            weight is tied to the embedding).
         pad_id: padding token; keys equal to it are masked and targets equal to it ignored.
         attention: the attention pattern (a subclass of AttentionConfig for variants) of every
             self-attention stack, or of the decoder of an encoder-decoder.
@@ -220,6 +223,7 @@ class ModelConfig:
     embed_scale: float | None = None
     scale_tied_output: bool = False
     tie_embeddings: bool = True
+    output_bias: bool = False
     pad_id: int | None = None
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     ffn: FFNConfig = field(default_factory=FFNConfig)
@@ -337,6 +341,11 @@ class ModelConfig:
             raise ConfigError(
                 f"adaptive_cutoffs={list(cutoffs)} must all be below "
                 f"vocab_size={self.target_vocab_size}: drop the cutoffs at or above it"
+            )
+        if self.output_bias:
+            raise ConfigError(
+                "output_bias: an adaptive softmax has its own output projections, with biases: "
+                "set output_bias=False"
             )
         if self.tie_embeddings:
             raise ConfigError(

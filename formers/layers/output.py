@@ -70,11 +70,13 @@ def check_targets(targets: Tensor, tokens: Tensor, vocab_size: int) -> None:
 
 
 class OutputProjection(nn.Linear):
-    """h -> (h · scale) Wᵀ without bias: the pre-softmax projection D -> V."""
+    """h -> (h · scale) Wᵀ (+ b when `bias`): the pre-softmax projection D -> V."""
 
-    def __init__(self, d_model: int, vocab_size: int, scale: float = 1.0):
-        super().__init__(d_model, vocab_size, bias=False)
+    def __init__(self, d_model: int, vocab_size: int, scale: float = 1.0, bias: bool = False):
+        super().__init__(d_model, vocab_size, bias=bias)
         self.scale = scale
+        if bias:
+            nn.init.zeros_(self.bias)
 
     def forward(self, hidden: Tensor) -> Tensor:
         """(…, D) -> (…, V)."""
@@ -82,13 +84,17 @@ class OutputProjection(nn.Linear):
 
 
 def tied_output(
-    embedding: nn.Embedding, tie: bool, std: float | None = None, scale: bool = False
+    embedding: nn.Embedding,
+    tie: bool,
+    std: float | None = None,
+    scale: bool = False,
+    bias: bool = False,
 ) -> nn.Linear:
     """Pre-softmax projection D -> V, sharing the embedding matrix when `tie` (§3.4) and then
     scaling its input by D^-1/2 when `scale`; else its own, initialised with standard deviation
-    `std` (default D^-1/2)."""
+    `std` (default D^-1/2). With `bias`, a bias of its own (tied or not), starting at zero."""
     vocab_size, d_model = embedding.weight.shape
-    head = OutputProjection(d_model, vocab_size, d_model**-0.5 if tie and scale else 1.0)
+    head = OutputProjection(d_model, vocab_size, d_model**-0.5 if tie and scale else 1.0, bias)
     if tie:
         head.weight = embedding.weight
     else:
@@ -124,4 +130,6 @@ def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value
         )
-    return tied_output(embedding, cfg.tie_embeddings, cfg.embed_init_std, cfg.scale_tied_output)
+    return tied_output(
+        embedding, cfg.tie_embeddings, cfg.embed_init_std, cfg.scale_tied_output, cfg.output_bias
+    )
