@@ -78,7 +78,10 @@ class Family:
         special_tokens: vocabulary entries its tokenizer treats as special, which GPT-2-style
             vocab.json + merges.txt files do not mark.
         normalise: (checkpoint tensors, formers config) -> the tensors under the names
-            `params` spells (some savers drop a prefix, some save a tied matrix twice).
+            `params` spells (some savers drop a prefix, some save a tied matrix twice, some
+            keep apart what formers fuses).
+        denormalise: the inverse of `normalise` on export: (tensors under the names `params`
+            spells, formers config) -> the checkpoint's tensors.
     """
 
     name: str
@@ -92,6 +95,9 @@ class Family:
     special_tokens: tuple[str, ...] = ()
     normalise: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] = field(
         default=lambda weights, cfg: weights
+    )
+    denormalise: Callable[[dict[str, Tensor], ModelConfig], dict[str, Tensor]] = field(
+        default=lambda tensors, cfg: tensors
     )
 
     def state_dict(self, weights: dict[str, Tensor], cfg: ModelConfig, source: str) -> dict:

@@ -27,3 +27,20 @@ def gpt2_copy(gpt2_folder, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(gpt2_folder, folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def marian_folder(tmp_path_factory):
+    """The tiny random Marian model's folder (hf_marian.py), saved once."""
+    from hf_marian import save_marian
+
+    folder = tmp_path_factory.mktemp("marian")
+    save_marian(folder)
+    return folder
+
+
+@pytest.fixture
+def marian(marian_folder):
+    """(folder, Hugging Face model read from it), the model this test's own to change."""
+    transformers = pytest.importorskip("transformers")
+    return marian_folder, transformers.MarianMTModel.from_pretrained(marian_folder).eval()
