@@ -57,7 +57,8 @@ def _tokenizer_files(tokenizer: Any) -> dict[str, bytes]:
 
 
 def family_of(cfg: ModelConfig) -> Family:
-    """The first family that can express `cfg`; else the reason the first one gives."""
+    """The first family that can express `cfg`; else the reason the first family of the same
+    architecture gives (the first family's, when none has it)."""
     reasons = []
     for family in {f.name: f for f in FAMILIES.values()}.values():
         try:
@@ -65,7 +66,8 @@ def family_of(cfg: ModelConfig) -> Family:
             return family
         except PretrainedError as error:
             reasons.append(str(error))
-    raise PretrainedError(reasons[0])
+    same_arch = [r for r in reasons if not r.startswith(f"the model has arch={cfg.arch!r}")]
+    raise PretrainedError((same_arch or reasons)[0])
 
 
 def _write(out: Path, config: dict, tensors: dict, tokenizer: dict[str, bytes]) -> None:

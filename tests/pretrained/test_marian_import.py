@@ -207,3 +207,47 @@ def test_eval_scores_the_references_as_transformers_labels(marian, tmp_path, cap
         total, count = total + loss * batch.labels.shape[1], count + batch.labels.shape[1]
     assert report["tokens"] == count
     assert report["loss"] == pytest.approx(total / count, rel=1e-6)
+
+
+def from_scratch(tmp_path, **settings):
+    """A run folder of a fresh encoder-decoder (byte tokenizer) with `settings`; its model."""
+    cfg = formers.config(
+        "vanilla", arch="encoder_decoder", n_layers=1, d_model=32, n_heads=4, d_ff=64,
+        max_len=16, vocab_size=256, pad_id=0, **settings,
+    )  # fmt: skip
+    model = formers.build(cfg).eval()
+    if model.lm_head.bias is not None:  # away from its initial zeros
+        torch.nn.init.normal_(model.lm_head.bias)
+    run_dir = tmp_path / "run"
+    formers.train.checkpoint.save_checkpoint(
+        run_dir, model=model, optimizer=None,
+        config=formers.train.config.RunConfig(model=cfg).to_dict(),
+        state=formers.train.checkpoint.TrainState(step=1),
+    )  # fmt: skip
+    (run_dir / "tokenizer.json").write_text('{"unit": "byte"}')
+    return run_dir, model
+
+
+def test_a_run_from_scratch_with_marians_shape_exports_too(tmp_path, capsys):
+    run_dir, model = from_scratch(
+        tmp_path, position="sinusoidal_halves", output_bias=True, embed_init="paper",
+        **{"ffn.activation": "silu"},
+    )  # fmt: skip
+    assert main(["export", str(run_dir), "--to", "hf", str(tmp_path / "out")]) == 0
+    assert json.loads(capsys.readouterr().out)["architectures"] == ["MarianMTModel"]
+    hf = transformers.MarianMTModel.from_pretrained(tmp_path / "out").eval()
+    assert hf.config.scale_embedding
+    src, tgt = torch.randint(1, 256, (2, 9)), torch.randint(1, 256, (2, 7))
+    with torch.no_grad():
+        want = hf(input_ids=src, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(model(src, tgt).logits, want, atol=1e-5, rtol=0)
+
+
+def test_export_refuses_an_encoder_decoder_marian_cannot_express(tmp_path, capsys):
+    run_dir, _ = from_scratch(tmp_path, output_bias=True)
+    assert main(["export", str(run_dir), "--to", "hf", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "error: the model has position='sinusoidal', which a Marian checkpoint cannot express: "
+        "it needs position='sinusoidal_halves'\n"
+    )
+    assert not (tmp_path / "out").exists()
