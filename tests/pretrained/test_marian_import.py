@@ -92,16 +92,17 @@ def test_greedy_search_equals_transformers_generate(marian):
     assert len({len(w) for w in want}) > 1  # outputs of several lengths
 
 
-def test_beam_search_equals_transformers_beam_search(marian):
-    """Beam 4 ranking finished hypotheses by log-probability alone (formers' α = 0,
-    transformers' length_penalty = 0, where the two penalties agree), stopping once a sentence
-    has 4 finished hypotheses (transformers' early_stopping=True)."""
+@pytest.mark.parametrize(("alpha", "penalty"), [(0.0, "gnmt"), (1.0, "power")])
+def test_beam_search_equals_transformers_beam_search(marian, alpha, penalty):
+    """Beam 4 with transformers' length penalty, log P / |y|^α (formers' penalty="power";
+    at α = 0 formers' own form agrees too), stopping once a sentence has 4 finished
+    hypotheses (transformers' early_stopping=True)."""
     folder, hf = marian
     run, ids = ids_of(folder)
     src, real, _, _ = padded_batch(folder)
-    search = dict(num_beams=4, length_penalty=0.0, early_stopping=True)
+    search = dict(num_beams=4, length_penalty=alpha, early_stopping=True)
     want = hf_outputs(hf, src, real, 10, **search)
-    got = beam_search(run.model, src, beam=4, alpha=0.0, max_len_b=10, **ids)
+    got = beam_search(run.model, src, beam=4, alpha=alpha, penalty=penalty, max_len_b=10, **ids)
     assert [h.tokens for h in got] == want
     greedy = greedy_search(run.model, src, max_len_b=10, **ids)
     assert [h.tokens for h in greedy] != want  # the search matters on these sentences
@@ -122,25 +123,37 @@ def test_tokenizer_encodes_and_decodes_as_marian_tokenizer_does(marian_folder):
     assert ours.unk_id in ours.encode("日本語")
 
 
-def test_translate_command_turns_text_into_transformers_text(marian, tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "search"),
+    [
+        (["--beam", "1"], dict(num_beams=1)),
+        (
+            ["--beam", "4", "--alpha", "1", "--penalty", "power"],
+            dict(num_beams=4, length_penalty=1.0, early_stopping=True),
+        ),
+    ],
+)
+def test_translate_command_turns_text_into_transformers_text(
+    marian, tmp_path, capsys, flags, search
+):
     folder, hf = marian
     run_dir = tmp_path / "run"
     assert main(["import", str(folder), "--run-dir", str(run_dir)]) == 0
     capsys.readouterr()
     source = tmp_path / "source.de"
-    source.write_text("\n".join(SOURCE) + "\n")
-    assert main(["translate", str(run_dir), str(source), "--beam", "1", "--max-len-b", "10"]) == 0
+    source.write_text("\n".join(SOURCE[:3]) + "\n")
+    assert main(["translate", str(run_dir), str(source), *flags, "--max-len-b", "10"]) == 0
     got = capsys.readouterr().out.splitlines()
     tokenizer = hf_tokenizer(folder)
     want = []
-    for text in SOURCE:
+    for text in SOURCE[:3]:
         ids = tokenizer(text, return_tensors="pt").input_ids
         out = hf.generate(
             ids,
             max_new_tokens=ids.shape[1] + 11,
-            num_beams=1,
             do_sample=False,
             bad_words_ids=[[hf.config.pad_token_id]],
+            **search,
         )
         want.append(tokenizer.decode(out[0], skip_special_tokens=True))
     assert got == want
