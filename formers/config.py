@@ -29,8 +29,8 @@ NORMS: tuple[str, ...] = ("post", "pre")
 # The token embeddings' initial standard deviation, by name: 4 / d_model, or the paper's
 # d_model**-0.5 (see ModelConfig.embed_init).
 EMBED_INITS: tuple[str, ...] = ("small", "paper")
-ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "squared_relu")
-POSITIONS: tuple[str, ...] = ("sinusoidal", "learned", "none")
+ACTIVATIONS: tuple[str, ...] = ("relu", "gelu", "gelu_tanh", "squared_relu", "silu")
+POSITIONS: tuple[str, ...] = ("sinusoidal", "sinusoidal_halves", "learned", "none")
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,8 @@ class FFNConfig:
 
     Args:
         kind: the feed-forward module, a key of `formers.registry.FFN`.
-        activation: "relu", "gelu" (exact), "gelu_tanh" (its tanh approximation) or
-            "squared_relu".
+        activation: "relu", "gelu" (exact), "gelu_tanh" (its tanh approximation),
+            "squared_relu" or "silu" (x·σ(x), also called swish).
         bias: biases on the projections.
         layers: which layers of the stack use this kind (see `AttentionConfig.layers`); the
             others use `fallback()`.
@@ -169,8 +169,9 @@ class ModelConfig:
         norm: "post" (residual then LayerNorm, the paper) or "pre" (LayerNorm inside the branch).
         norm_eps: the ε every LayerNorm adds to the variance (PyTorch's 1e-5; a checkpoint
             trained with another must keep its own).
-        position: "sinusoidal", "learned" or "none" (relative variants encode positions inside
-            attention).
+        position: "sinusoidal", "sinusoidal_halves" (the same sinusoids with every sine in the
+            first half of the channels and every cosine in the second, not interleaved),
+            "learned" or "none" (relative variants encode positions inside attention).
         max_len: longest sequence; sizes the learned position table.
         embed_init: how the token embeddings start: "small", standard deviation 4 / d_model, or
             "paper", d_model**-0.5 (fairseq's). With the tied output a fresh model gives the

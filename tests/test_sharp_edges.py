@@ -465,7 +465,14 @@ def test_an_unknown_flag_is_one_line_naming_it(tmp_path, capsys, command):
 
 
 @pytest.mark.parametrize(
-    "flags", [["--beam", "4"], ["--alpha", "0.6"], ["--precision", "fp32"], ["--max-len-b", "50"]]
+    "flags",
+    [
+        ["--beam", "4"],
+        ["--alpha", "0.6"],
+        ["--penalty", "gnmt"],
+        ["--precision", "fp32"],
+        ["--max-len-b", "50"],
+    ],
 )
 def test_eval_of_a_language_model_refuses_a_translation_flag_even_at_its_default(
     trained, capsys, flags

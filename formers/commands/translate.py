@@ -17,7 +17,7 @@ from typing import Any
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
-from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B
+from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B, PENALTIES
 from formers.infer.translate import DEFAULT_BATCH_TOKENS
 from formers.train.metrics import json_safe
 from formers.train.precision import autocast_for
@@ -27,6 +27,7 @@ from formers.train.precision import autocast_for
 TRANSLATION_EVAL_DEFAULTS: dict[str, Any] = {
     "beam": DEFAULT_BEAM,
     "alpha": DEFAULT_ALPHA,
+    "penalty": "gnmt",
     "max_len_b": DEFAULT_MAX_LEN_B,
     "batch_tokens": DEFAULT_BATCH_TOKENS,
     "precision": "fp32",
@@ -37,7 +38,7 @@ TRANSLATION_EVAL_DEFAULTS: dict[str, Any] = {
 
 
 def add_search_flags(parser: argparse.ArgumentParser) -> None:
-    """--beam, --alpha, --max-len-b, --batch-tokens and --precision."""
+    """--beam, --alpha, --penalty, --max-len-b, --batch-tokens and --precision."""
     group = parser.add_argument_group("translation search (encoder-decoder runs)")
     group.add_argument(
         "--beam",
@@ -53,6 +54,14 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_ALPHA,
         action=GivenFlag,
         help="length penalty exponent α of ((5 + |y|) / 6)^α",
+    )
+    group.add_argument(
+        "--penalty",
+        choices=PENALTIES,
+        default=TRANSLATION_EVAL_DEFAULTS["penalty"],
+        action=GivenFlag,
+        help="the length penalty's form: gnmt, ((5 + |y|) / 6)^α; power, |y|^α "
+        "(transformers' length_penalty)",
     )
     group.add_argument(
         "--max-len-b",
@@ -122,7 +131,12 @@ def _search(args: argparse.Namespace) -> dict[str, Any]:
         raise FormersError(f"--beam {args.beam}: give a beam size of at least 1 (1 is greedy)")
     if args.alpha < 0:
         raise FormersError(f"--alpha {args.alpha}: the length penalty exponent must be >= 0")
-    return {"beam": args.beam, "alpha": args.alpha, "max_len_b": args.max_len_b}
+    return {
+        "beam": args.beam,
+        "alpha": args.alpha,
+        "penalty": args.penalty,
+        "max_len_b": args.max_len_b,
+    }
 
 
 def _eval_data(run: Any, args: argparse.Namespace) -> tuple[Any, str]:

@@ -404,12 +404,15 @@ PRETRAINED_TOKENIZER = "pretrained"
 
 def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer saved with `to_dict`."""
+    # a tokenizer that comes only with imported models (a subclass of Tokenizer, so imported
+    # here): never trained, so not among TOKENIZERS
+    from formers.data.spm_pair import SentencePiecePairTokenizer
+
+    units = {**TOKENIZERS, SentencePiecePairTokenizer.unit: SentencePiecePairTokenizer}
     unit = d.get("unit")
-    if unit not in TOKENIZERS:
-        raise DataError(
-            f"saved tokenizer has unknown unit {unit!r}; expected one of {list(TOKENIZERS)}"
-        )
-    return TOKENIZERS[unit].from_dict(d)
+    if unit not in units:
+        raise DataError(f"saved tokenizer has unknown unit {unit!r}; expected one of {list(units)}")
+    return units[unit].from_dict(d)
 
 
 def train_tokenizer(unit: str, text: str, vocab_size: int | None = None) -> Tokenizer:

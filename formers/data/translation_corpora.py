@@ -106,6 +106,9 @@ def encode_sentences(tokenizer: JointBPETokenizer, sentences: Sequence[str]) -> 
 
 def _encode_pairs(tokenizer: JointBPETokenizer, pairs: Pairs) -> IdPairs:
     source, target = pairs
+    if hasattr(tokenizer, "encode_targets"):  # a tokenizer with a target side of its own
+        targets = [torch.tensor(ids, dtype=torch.int64) for ids in tokenizer.encode_targets(target)]
+        return encode_sentences(tokenizer, source), targets
     return encode_sentences(tokenizer, source), encode_sentences(tokenizer, target)
 
 

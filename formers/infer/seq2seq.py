@@ -4,7 +4,8 @@
     beam search keeps K hypotheses per sentence and ranks finished ones by
         s(y) = log P(y | x) / lp(y),   lp(y) = ((5 + |y|) / 6)^α      (Wu et al. 2016, Eq. 14)
     with |y| counting the end token, as tensor2tensor (the paper's code) does; the paper uses
-    K = 4 and α = 0.6. Output stops at |x| + 50 tokens (§6.1: "input length + 50"), where the
+    K = 4 and α = 0.6. penalty="power" divides by |y|^α instead (transformers' `generate`
+    with length_penalty=α). Output stops at |x| + 50 tokens (§6.1: "input length + 50"), where the
     end token is forced.
 
 Beam search follows fairseq's `SequenceGenerator`: each step takes the 2K best extensions; an
@@ -46,6 +47,8 @@ DEFAULT_MAX_LEN_B = 50  # §6.1: maximum output length = input length + 50
 # default to them too
 DEFAULT_BEAM = 4
 DEFAULT_ALPHA = 0.6
+# the forms of lp(y): Wu et al.'s, or transformers' |y|^α
+PENALTIES: tuple[str, ...] = ("gnmt", "power")
 
 
 @dataclass
@@ -63,8 +66,11 @@ class Hypothesis:
     score: float
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """lp = ((5 + length) / 6)^α, Wu et al. 2016 Eq. 14; 1 for α = 0."""
+def length_penalty(length: int, alpha: float, penalty: str = "gnmt") -> float:
+    """lp = ((5 + length) / 6)^α, Wu et al. 2016 Eq. 14 ("gnmt"), or length^α ("power",
+    transformers' length_penalty); 1 for α = 0."""
+    if penalty == "power":
+        return float(length) ** alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -212,6 +218,7 @@ def beam_search(
     pad_id: int | None = None,
     max_len_b: int = DEFAULT_MAX_LEN_B,
     use_cache: bool = True,
+    penalty: str = "gnmt",
 ) -> list[Hypothesis]:
     """Beam search with the GNMT length penalty, for a batch of sources (see module docstring).
 
@@ -221,6 +228,7 @@ def beam_search(
         beam: hypotheses kept per sentence, K.
         alpha: length penalty exponent α (0: rank by log-probability alone).
         bos_id, eos_id, pad_id, max_len_b, use_cache: as for `greedy_search`.
+        penalty: the form of lp: "gnmt", ((5 + |y|) / 6)^α, or "power", |y|^α.
 
     Returns:
         The best finished hypothesis of each source row, in order.
@@ -230,6 +238,8 @@ def beam_search(
         raise InputError(f"beam={beam!r} must be an integer >= 1")
     if alpha < 0:
         raise InputError(f"alpha={alpha} must be >= 0 (the length penalty exponent)")
+    if penalty not in PENALTIES:
+        raise InputError(f"penalty={penalty!r} is not one of {', '.join(map(repr, PENALTIES))}")
     banned = [i for i in (pad_id, bos_id) if i is not None]
     n_sentences, k = src.shape[0], beam
     device = src.device
@@ -259,7 +269,7 @@ def beam_search(
                 row = i * k + int(cand_beam[i, j])
                 log_prob = float(cand_score[i, j])
                 hyp = Hypothesis(tokens[row, 1:].tolist(), log_prob, 0.0)
-                hyp.score = log_prob / length_penalty(t + 1, alpha)
+                hyp.score = log_prob / length_penalty(t + 1, alpha, penalty)
                 finished[int(sentence[i])].append(hyp)
             # the K best candidates that do not end stay alive (at most K of the 2K end)
             alive = torch.where(is_eos, beams + 2 * k, beams).topk(k, largest=False).indices

@@ -54,6 +54,7 @@ def translate_ids(
     beam: int = DEFAULT_BEAM,
     alpha: float = DEFAULT_ALPHA,
     max_len_b: int = DEFAULT_MAX_LEN_B,
+    penalty: str = "gnmt",
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
@@ -68,6 +69,7 @@ def translate_ids(
         beam: 1 for greedy search, else the beam size K.
         alpha: the length penalty exponent of beam search.
         max_len_b: outputs stop at source length + max_len_b tokens.
+        penalty: the length penalty's form, "gnmt" or "power" (see `beam_search`).
         batch_tokens: rows × beams × longest source per batch.
         device: where the model is.
         autocast: mixed-precision context for the model's passes, or None.
@@ -94,7 +96,7 @@ def translate_ids(
             if beam == 1:
                 hyps = greedy_search(model, src, **options)
             else:
-                hyps = beam_search(model, src, beam=beam, alpha=alpha, **options)
+                hyps = beam_search(model, src, beam=beam, alpha=alpha, penalty=penalty, **options)
         for i, hyp in zip(batch, hyps, strict=True):
             out[i] = hyp
         bar.update(len(batch))

@@ -5,6 +5,7 @@
 Squared ReLU, act(x) = max(x, 0)², is Primer's (So et al. 2021, https://arxiv.org/abs/2109.08668).
 GELU comes exact, x·Φ(x), or in the tanh approximation GPT-2 and BERT were trained with,
 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (Hendrycks & Gimpel 2016, §2): "gelu_tanh".
+SiLU, x·σ(x) (Elfwing et al. 2017; "swish" in Ramachandran et al. 2017): "silu".
 Shapes: B batch, T length, D model width, F inner width.
 """
 
@@ -36,6 +37,7 @@ ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,
     "squared_relu": squared_relu,
     "gelu_tanh": gelu_tanh,
+    "silu": F.silu,
 }
 
 
@@ -45,7 +47,7 @@ class FeedForward(nn.Module):
     Args:
         d_model: model width D.
         d_ff: inner width F.
-        activation: "relu", "gelu", "gelu_tanh" or "squared_relu".
+        activation: "relu", "gelu", "gelu_tanh", "squared_relu" or "silu".
         dropout: dropout on the activations (between the projections).
         bias: whether the projections have biases.
     """

@@ -74,3 +74,15 @@ def padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:
         return None
     valid = tokens != pad_id
     return None if bool(valid.all()) else valid
+
+
+def target_padding_mask(tgt_in: Tensor, pad_id: int | None) -> Tensor | None:
+    """`padding_mask` of decoder inputs (B, T), whose first position is the start token and
+    never padding, even where the start token is the padding id (checkpoints trained to start
+    decoding from it): masking it would leave the first query no key at all."""
+    valid = padding_mask(tgt_in, pad_id)
+    if valid is None or bool(valid[:, 0].all()):
+        return valid
+    valid = valid.clone()
+    valid[:, 0] = True
+    return None if bool(valid.all()) else valid

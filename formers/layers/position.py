@@ -3,6 +3,10 @@
     PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
 
+"sinusoidal_halves" holds the same sinusoids with the sines in channels 0 … D/2 - 1 and the
+cosines in D/2 … D - 1 (Marian's and fairseq's layout): PE'(pos, i) = sin(·), PE'(pos, D/2 + i)
+= cos(·) with the same frequency 1 / 10000^(2i / D). The two layouts are a fixed permutation of
+the channels apart, so each trains as well as the other; a checkpoint needs its own.
 Relative encodings (Transformer-XL) live inside their attention module instead.
 Shapes: T positions, D model width.
 """
@@ -34,21 +38,36 @@ def sinusoid_table(length: int, d_model: int, offset: int = 0) -> Tensor:
     return table
 
 
+def sinusoid_halves_table(length: int, d_model: int, offset: int = 0) -> Tensor:
+    """`sinusoid_table`'s values with the sines first, then the cosines, (T, D) float64; for an
+    odd D the sines take the extra channel (ceil(D/2) sines, floor(D/2) cosines)."""
+    interleaved = sinusoid_table(length, d_model, offset)  # (T, D)
+    return torch.cat([interleaved[:, 0::2], interleaved[:, 1::2]], dim=1)
+
+
 class SinusoidalPosition(nn.Module):
     """Fixed sinusoids; extrapolate to any length (the table grows on demand)."""
+
+    table_of = staticmethod(sinusoid_table)
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
+        self.register_buffer("table", self.table_of(max_len, d_model), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """PE for positions offset … offset + length - 1, (T, D)."""
         end = offset + length
         if end > self.table.shape[0]:
-            longer = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model)
+            longer = self.table_of(max(end, 2 * self.table.shape[0]), self.d_model)
             self.table = longer.to(device=self.table.device, dtype=self.table.dtype)
         return self.table[offset:end]
+
+
+class SinusoidalHalvesPosition(SinusoidalPosition):
+    """The same sinusoids, sines in the first half of the channels, cosines in the second."""
+
+    table_of = staticmethod(sinusoid_halves_table)
 
 
 class LearnedPosition(nn.Module):
@@ -79,7 +98,12 @@ class NoPosition(nn.Module):
         return None
 
 
-POSITION = {"sinusoidal": SinusoidalPosition, "learned": LearnedPosition, "none": NoPosition}
+POSITION = {
+    "sinusoidal": SinusoidalPosition,
+    "sinusoidal_halves": SinusoidalHalvesPosition,
+    "learned": LearnedPosition,
+    "none": NoPosition,
+}
 
 
 def build_position(cfg: ModelConfig) -> nn.Module:

@@ -13,7 +13,7 @@ from formers.layers.cache import Cache
 from formers.layers.cross_attention import CrossAttention
 from formers.layers.diagnostics import Diagnostics
 from formers.layers.embedding import InputEmbedding, check_tokens
-from formers.layers.mask import AttentionMask, padding_mask
+from formers.layers.mask import AttentionMask, padding_mask, target_padding_mask
 from formers.layers.output import check_targets, head_transform, output_layer, token_loss
 from formers.models.output import ModelOutput
 from formers.registry import build_stack
@@ -63,7 +63,7 @@ class EncoderDecoder(nn.Module):
         """Decoder states (B, T, D) for target inputs, attending to encoder states."""
         offset = cache.position if cache is not None else 0
         if tgt_valid is None and cache is None:
-            tgt_valid = padding_mask(tgt_in, self.cfg.pad_id)
+            tgt_valid = target_padding_mask(tgt_in, self.cfg.pad_id)
         mask = AttentionMask(causal=True, key_valid=tgt_valid)
         x = self.tgt_embed(tgt_in, offset)  # (B, T, D)
         states = cache.layers if cache is not None else [None] * len(self.decoder)

@@ -8,11 +8,13 @@ with `torch.load(weights_only=True)`, which refuses to rebuild anything but tens
 
 source.py     where a model is: a local folder, or a hub id fetched with huggingface_hub
 folder.py     a Hugging Face model folder: config.json and the weights (single or sharded)
-tokenizer.py  the folder's tokenizer: tokenizer.json, vocab.json + merges.txt, or vocab.txt
+tokenizer.py  the folder's tokenizer: tokenizer.json, vocab.json + merges.txt, vocab.txt, or
+              source.spm + target.spm + vocab.json
 family.py     what a family is: its config mapping and its parameter correspondence
 gpt2.py       GPT2LMHeadModel -> the decoder LM (one module per family, its diff in its
               docstring)
 bert.py       BertForMaskedLM -> the masked-LM encoder
+marian.py     MarianMTModel -> the encoder-decoder transformer
 registry.py   the families, by the `architectures` (or `model_type`) of config.json
 importer.py   from_pretrained (in memory) and import_pretrained (a run folder)
 """

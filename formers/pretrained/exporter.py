@@ -1,5 +1,6 @@
 """A formers run as a Hugging Face model folder (`formers export RUN --to hf DIR`):
-config.json, model.safetensors and, for a BPE tokenizer, tokenizer.json, which transformers'
+config.json, model.safetensors and the tokenizer's files (tokenizer.json for a BPE tokenizer;
+source.spm, target.spm and vocab.json for a SentencePiece pair), which transformers'
 `from_pretrained` loads. Each family's parameter correspondence (the one import reads with)
 maps the weights back; a run no family can express is refused, naming the field.
 """
@@ -36,14 +37,23 @@ def export_hf(
     for p in family.params(run.config.model):  # a tied matrix is stored once
         tensors.setdefault(p.hf, p.to_hf(state[p.name]).contiguous())
     tensors = family.denormalise(tensors, run.config.model)
-    tokenizer = getattr(run.tokenizer, "hf", None)  # a `tokenizers` tokenizer (BPE), if any
-    _write(out, config, tensors, None if tokenizer is None else tokenizer.to_str())
+    files = _tokenizer_files(run.tokenizer)
+    _write(out, config, tensors, files)
     return {
         "out": str(out),
         "family": family.name,
         "architectures": config["architectures"],
-        "tokenizer": tokenizer is not None,
+        "tokenizer": bool(files),
     }
+
+
+def _tokenizer_files(tokenizer: Any) -> dict[str, bytes]:
+    """The files of the run's tokenizer that transformers reads: tokenizer.json for a
+    `tokenizers` tokenizer (BPE), a tokenizer's own `hf_files()`, or none."""
+    if hasattr(tokenizer, "hf_files"):
+        return tokenizer.hf_files()
+    hf = getattr(tokenizer, "hf", None)
+    return {} if hf is None else {"tokenizer.json": hf.to_str().encode("utf-8")}
 
 
 def family_of(cfg: ModelConfig) -> Family:
@@ -64,10 +74,11 @@ def family_of(cfg: ModelConfig) -> Family:
             return family
         except PretrainedError as error:
             reasons.append(str(error))
-    raise PretrainedError(reasons[0])
+    same_arch = [r for r in reasons if not r.startswith(f"the model has arch={cfg.arch!r}")]
+    raise PretrainedError((same_arch or reasons)[0])
 
 
-def _write(out: Path, config: dict, tensors: dict, tokenizer: str | None) -> None:
+def _write(out: Path, config: dict, tensors: dict, tokenizer: dict[str, bytes]) -> None:
     """The folder, written beside `out` and renamed into place: all of it or nothing."""
     from safetensors.torch import save_file
 
@@ -77,8 +88,8 @@ def _write(out: Path, config: dict, tensors: dict, tokenizer: str | None) -> Non
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
-        if tokenizer is not None:
-            (tmp / "tokenizer.json").write_text(tokenizer)
+        for name, data in tokenizer.items():
+            (tmp / name).write_bytes(data)
         if out.exists():
             out.rmdir()  # empty, checked above
         os.replace(tmp, out)

@@ -78,9 +78,11 @@ class Family:
         special_tokens: vocabulary entries its tokenizer treats as special, which GPT-2-style
             vocab.json + merges.txt and vocab.txt files do not mark.
         normalise: (checkpoint tensors, formers config) -> the tensors under the names
-            `params` spells (some savers drop a prefix, some save a tied matrix twice).
-        denormalise: the inverse on export: tensors under the names `params` spells -> the
-            checkpoint's own (a family whose q, k and v are separate splits the fused one).
+            `params` spells (some savers drop a prefix, some save a tied matrix twice, some
+            keep apart what formers fuses).
+        denormalise: the inverse of `normalise` on export: (tensors under the names `params`
+            spells, formers config) -> the checkpoint's tensors (a family whose q, k and v are
+            separate splits the fused one).
         arch: the formers `arch` its models are; export asks only these families.
     """
 

@@ -1,7 +1,9 @@
 """A model folder's tokenizer, as the `tokenizers` library reads it: tokenizer.json, GPT-2's
 original vocab.json + merges.txt (byte-level BPE), or BERT-style vocab.txt (WordPiece), the
 last two built as `transformers` builds its fast tokenizer from them. Each becomes formers'
-`BPETokenizer` (a `tokenizers` tokenizer), stored in the run folder whole.
+`BPETokenizer` (a `tokenizers` tokenizer), stored in the run folder whole. A translation
+model's source.spm + target.spm + vocab.json (Marian's) become a `SentencePiecePairTokenizer`,
+read with the `sentencepiece` package.
 """
 
 from __future__ import annotations
@@ -9,16 +11,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from formers.data.tokenizers import BPETokenizer
+from formers.data.errors import DataError
+from formers.data.spm_pair import SentencePiecePairTokenizer
+from formers.data.tokenizers import BPETokenizer, Tokenizer
 from formers.pretrained.errors import PretrainedError
 
 TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"
 WORDPIECE_FILE, TOKENIZER_CONFIG = "vocab.txt", "tokenizer_config.json"
-TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, WORDPIECE_FILE, TOKENIZER_CONFIG)
+SPM_FILES = ("source.spm", "target.spm")
+TOKENIZER_FILES = (
+    TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, WORDPIECE_FILE, TOKENIZER_CONFIG, *SPM_FILES
+)  # fmt: skip
 
 
-def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> BPETokenizer:
+def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> Tokenizer:
     """The folder's tokenizer; `special_tokens` are the vocabulary entries that vocab.json +
     merges.txt leave unmarked but that the model's tokenizer treats as special (GPT-2's
     <|endoftext|>: text that spells it is that one token)."""
@@ -34,10 +41,31 @@ def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> BPETok
         return _byte_level_bpe(folder, special_tokens)
     if (folder / WORDPIECE_FILE).is_file():
         return _wordpiece(folder, special_tokens)
+    if any((folder / name).is_file() for name in SPM_FILES):
+        return _sentencepiece_pair(folder)
     raise PretrainedError(
-        f"{folder} has no tokenizer ({TOKENIZER_FILE}, {VOCAB_FILE} + {MERGES_FILE}, or "
-        f"{WORDPIECE_FILE}): copy the model's tokenizer files into it"
+        f"{folder} has no tokenizer ({TOKENIZER_FILE}, {VOCAB_FILE} + {MERGES_FILE}, "
+        f"{WORDPIECE_FILE}, or {' + '.join(SPM_FILES)} + {VOCAB_FILE}): copy the model's "
+        "tokenizer files into it"
     )
+
+
+def _sentencepiece_pair(folder: Path) -> SentencePiecePairTokenizer:
+    """source.spm, target.spm and vocab.json, as transformers' MarianTokenizer reads them."""
+    paths = [folder / name for name in (*SPM_FILES, VOCAB_FILE)]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise PretrainedError(
+            f"{folder} has no {missing[0].name}, which its SentencePiece tokenizer "
+            f"({' + '.join(p.name for p in paths)}) needs: copy the model's tokenizer files into it"
+        )
+    try:
+        vocab = json.loads(paths[2].read_text(encoding="utf-8"))
+        if not isinstance(vocab, dict):
+            raise ValueError("not a JSON object of token ids")
+        return SentencePiecePairTokenizer(paths[0].read_bytes(), paths[1].read_bytes(), vocab)
+    except (DataError, ValueError, UnicodeDecodeError) as error:
+        raise PretrainedError(f"{folder}'s tokenizer cannot be read: {error}") from None
 
 
 def _byte_level_bpe(folder: Path, special_tokens: tuple[str, ...]) -> BPETokenizer:

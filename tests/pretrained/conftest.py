@@ -39,8 +39,25 @@ def bert_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def marian_folder(tmp_path_factory):
+    """The tiny random Marian model's folder (hf_marian.py), saved once."""
+    from hf_marian import save_marian
+
+    folder = tmp_path_factory.mktemp("marian")
+    save_marian(folder)
+    return folder
+
+
 @pytest.fixture
 def bert(bert_folder):
     """(folder, Hugging Face model read from it), the model this test's own to change."""
     transformers = pytest.importorskip("transformers")
     return bert_folder, transformers.BertForMaskedLM.from_pretrained(bert_folder).eval()
+
+
+@pytest.fixture
+def marian(marian_folder):
+    """(folder, Hugging Face model read from it), the model this test's own to change."""
+    transformers = pytest.importorskip("transformers")
+    return marian_folder, transformers.MarianMTModel.from_pretrained(marian_folder).eval()

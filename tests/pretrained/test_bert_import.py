@@ -195,8 +195,8 @@ TINY = dict(n_layers=1, d_model=32, n_heads=4, d_ff=64, vocab_size=258, max_len=
                      "embed_norm": True},
          "the model has embed_norm=True, which a GPT-2 checkpoint cannot express: it needs "
          "embed_norm=False"),
-        ("transformer", {}, "the model has arch='encoder_decoder', which no family formers "
-         "exports expresses: it exports decoder (gpt2), encoder (bert)"),
+        ("transformer", {}, "the model has position='sinusoidal', which a Marian checkpoint "
+         "cannot express: it needs position='sinusoidal_halves'"),
     ],
 )  # fmt: skip
 def test_export_refuses_a_model_no_family_expresses(tmp_path, capsys, preset, overrides, message):

@@ -104,6 +104,7 @@ def evaluate_pairs(
     beam: int = 1,
     alpha: float = DEFAULT_ALPHA,
     max_len_b: int = DEFAULT_MAX_LEN_B,
+    penalty: str = "gnmt",
     progress: bool = False,
 ) -> TranslationEvalResult:
     """Loss over aligned id pairs, and BLEU/chrF of their translations against `references`.
@@ -115,7 +116,7 @@ def evaluate_pairs(
         tokenizer: the run's tokenizer (special ids, `decode`).
         batch_tokens: tokens per batch and side (loss), rows × beams × source length (search).
         device, autocast: where and in which precision to run.
-        beam, alpha, max_len_b: the search (beam 1: greedy).
+        beam, alpha, max_len_b, penalty: the search (beam 1: greedy).
         progress: a progress bar over the translated sentences.
     """
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
@@ -137,6 +138,8 @@ def evaluate_pairs(
         model.train(was_training)
     loss = total / max(count, 1)
     search = "greedy" if beam == 1 else f"beam {beam}, alpha {alpha:g}"
+    if beam > 1 and penalty != "gnmt":
+        search += f" ({penalty})"
     result = TranslationEvalResult(
         loss=loss,
         tokens=count,
@@ -156,6 +159,7 @@ def evaluate_pairs(
         beam=beam,
         alpha=alpha,
         max_len_b=max_len_b,
+        penalty=penalty,
         batch_tokens=batch_tokens,
         device=device,
         autocast=autocast,
@@ -225,6 +229,7 @@ class TranslationTask(Task):
         beam: int = 1,
         alpha: float = DEFAULT_ALPHA,
         max_len_b: int = DEFAULT_MAX_LEN_B,
+        penalty: str = "gnmt",
         translate: bool = True,
         progress: bool = False,
         batch_tokens: int | None = None,
@@ -232,7 +237,7 @@ class TranslationTask(Task):
         """Loss, BLEU and chrF on `split` (its first pairs within max_tokens target tokens).
 
         Args:
-            beam, alpha, max_len_b: the search (beam 1: greedy).
+            beam, alpha, max_len_b, penalty: the search (beam 1: greedy).
             translate: also translate and score BLEU/chrF (False: the loss only).
             progress: a progress bar over the translated sentences.
             batch_tokens: tokens per batch (default: the training batches' `batch_tokens`).
@@ -256,5 +261,6 @@ class TranslationTask(Task):
             beam=beam,
             alpha=alpha,
             max_len_b=max_len_b,
+            penalty=penalty,
             progress=progress,
         )
