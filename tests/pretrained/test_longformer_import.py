@@ -3,7 +3,9 @@ on sequences longer than its windows: masked-LM logits in float32 and float64 wi
 token global and with none, padded batches, the export back, the RoBERTa byte-level BPE
 tokenizer, and `formers eval` of the imported run."""
 
+import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -23,8 +25,9 @@ from formers.data.corpora import load_corpus
 from formers.data.masking import MaskedVocab
 from formers.models import build
 from formers.pretrained import import_pretrained
+from formers.pretrained.errors import PretrainedError
 from formers.pretrained.exporter import export_hf
-from formers.pretrained.longformer import without_global_tokens
+from formers.pretrained.longformer import FAMILY, without_global_tokens
 from formers.run import load_run
 from formers.train.tasks.masked_lm import _stack, eval_windows
 
@@ -167,3 +170,36 @@ def test_eval_scores_the_masked_positions_as_transformers_does(longformer, tmp_p
     want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     assert report["tokens"] == int((targets != -100).sum()) > 20
     assert report["loss"] == pytest.approx(want.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"attention_window": [4, 7]}, "sets attention_window=[4, 7], which formers cannot"),
+        ({"attention_window": [4, 8, 8]}, "attention_window with 3 entries for num_hidden_layers"),
+        ({"hidden_act": "relu"}, "sets hidden_act='relu', which formers cannot honour"),
+    ],
+)
+def test_a_config_formers_cannot_honour_is_one_line(
+    longformer_folder, tmp_path, capsys, changes, message
+):
+    folder = tmp_path / "model"
+    shutil.copytree(longformer_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    run_dir = tmp_path / "run"
+    assert main(["import", str(folder), "--run-dir", str(run_dir)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert not run_dir.exists()
+
+
+def test_export_refuses_a_window_transformers_cannot_hold(longformer_folder, tmp_path):
+    run = formers.from_pretrained(longformer_folder)
+    odd = dataclasses.replace(run.config.model.attention, window=(4, 7))
+    cfg = dataclasses.replace(run.config.model, attention=odd)
+    with pytest.raises(PretrainedError, match="attention.window=7, which a Longformer checkpoint"):
+        FAMILY.hf_config(cfg, None)
+    unshifted = dataclasses.replace(run.config.model, position_offset=0)
+    with pytest.raises(PretrainedError, match="it needs position_offset = pad_id \\+ 1"):
+        FAMILY.hf_config(unshifted, None)
