@@ -137,11 +137,20 @@ def test_export_loads_in_transformers_with_equal_logits(longformer, tmp_path):
     assert config["max_position_embeddings"] == 66 and config["pad_token_id"] == PAD
 
 
-SAMPLES = [TEXT, "  leading spaces and a trailing one ", ""]
+SAMPLES = [TEXT, "  leading spaces and a trailing one ", "Speak is <mask>. <s>hear</s> me", ""]
 
 
-def test_tokenizer_encodes_and_decodes_as_transformers_does(longformer):
+@pytest.mark.parametrize("files", ["vocab.json + merges.txt", "tokenizer.json"])
+def test_tokenizer_encodes_and_decodes_as_transformers_does(longformer, tmp_path, files):
     folder, _ = longformer
+    if files == "tokenizer.json":  # as save_pretrained writes it; no vocab.json beside it
+        saved = tmp_path / "tok"
+        transformers.AutoTokenizer.from_pretrained(folder).save_pretrained(saved)
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(folder / name, saved)
+        for name in ("vocab.json", "merges.txt"):
+            (saved / name).unlink(missing_ok=True)
+        folder = saved
     reference = transformers.AutoTokenizer.from_pretrained(folder)
     ours = formers.from_pretrained(folder).tokenizer
     for text in SAMPLES:
