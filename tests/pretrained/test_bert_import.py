@@ -196,7 +196,7 @@ TINY = dict(n_layers=1, d_model=32, n_heads=4, d_ff=64, vocab_size=258, max_len=
          "the model has embed_norm=True, which a GPT-2 checkpoint cannot express: it needs "
          "embed_norm=False"),
         ("transformer", {}, "the model has arch='encoder_decoder', which no family formers "
-         "exports expresses: it exports decoder (gpt2), encoder (bert)"),
+         "exports expresses: it exports decoder (gpt2), encoder (bert), encoder (longformer)"),
     ],
 )  # fmt: skip
 def test_export_refuses_a_model_no_family_expresses(tmp_path, capsys, preset, overrides, message):
