@@ -13,6 +13,7 @@ family.py     what a family is: its config mapping and its parameter corresponde
 gpt2.py       GPT2LMHeadModel -> the decoder LM (one module per family, its diff in its
               docstring)
 bert.py       BertForMaskedLM -> the masked-LM encoder
+longformer.py LongformerForMaskedLM -> the two-sided Longformer encoder, first token global
 registry.py   the families, by the `architectures` (or `model_type`) of config.json
 importer.py   from_pretrained (in memory) and import_pretrained (a run folder)
 """
