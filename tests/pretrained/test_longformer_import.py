@@ -212,3 +212,21 @@ def test_export_refuses_a_window_transformers_cannot_hold(longformer_folder, tmp
     unshifted = dataclasses.replace(run.config.model, position_offset=0)
     with pytest.raises(PretrainedError, match="it needs position_offset = pad_id \\+ 1"):
         FAMILY.hf_config(unshifted, None)
+
+
+def test_init_from_one_step_moves_the_global_projections_too(longformer_folder, tmp_path, capsys):
+    from test_init_from import SHORT
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 30)
+    tuned = tmp_path / "tuned"
+    args = ["train", "--init-from", str(longformer_folder), "--run-dir", str(tuned)]
+    assert main([*args, "--train.corpus", str(corpus), *SHORT]) == 0
+    assert json.loads(capsys.readouterr().out)["step"] == 1
+    start, after = formers.from_pretrained(longformer_folder), load_run(tuned)
+    assert after.config.model == start.config.model
+    assert after.tokenizer.to_dict() == start.tokenizer.to_dict()
+    assert json.loads((tuned / "special_tokens.json").read_text()) == {"[MASK]": MASK, "[PAD]": PAD}
+    for name in ("layers.1.attn.global_qkv_proj.weight", "embed.position.table.weight"):
+        moved = (after.model.state_dict()[name] - start.model.state_dict()[name]).abs().max()
+        assert 0 < moved < 1e-2, name
