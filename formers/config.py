@@ -173,6 +173,9 @@ class ModelConfig:
             first half of the channels and every cosine in the second, not interleaved),
             "learned" or "none" (relative variants encode positions inside attention).
         max_len: longest sequence; sizes the learned position table.
+        position_offset: rows of the learned position table before position 0's: position
+            p reads row p + position_offset, and the table has max_len + position_offset rows
+            (RoBERTa-style checkpoints number positions from padding_idx + 1); 0: none.
         embed_init: how the token embeddings start: "small", standard deviation 4 / d_model, or
             "paper", d_model**-0.5 (fairseq's). With the tied output a fresh model gives the
             token each position reads a logit of up to about std · d_model: ≈ √d_model with
@@ -225,6 +228,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     position: str = "sinusoidal"
     max_len: int = 1024
+    position_offset: int = 0
     embed_init: str = "small"
     embed_init_std: float | None = None
     embed_scale: float | None = None
@@ -276,6 +280,12 @@ class ModelConfig:
             if getattr(self, name) is not None:
                 positive(name, getattr(self, name))
         non_negative("type_vocab_size", self.type_vocab_size, "0: no token-type embeddings")
+        non_negative("position_offset", self.position_offset, "0: position 0 reads row 0")
+        if self.position_offset and self.position != "learned":
+            raise ConfigError(
+                f"position_offset={self.position_offset} skips rows of a learned position "
+                f"table, and position={self.position!r} has none: set position_offset=0"
+            )
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "

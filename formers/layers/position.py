@@ -71,24 +71,26 @@ class SinusoidalHalvesPosition(SinusoidalPosition):
 
 
 class LearnedPosition(nn.Module):
-    """A trained table of max_len position vectors (Vaswani §3.5 reports the same quality)."""
+    """A trained table of max_len position vectors (Vaswani §3.5 reports the same quality),
+    after `skip` rows that no position reads (`ModelConfig.position_offset`)."""
 
-    def __init__(self, d_model: int, max_len: int):
+    def __init__(self, d_model: int, max_len: int, skip: int = 0):
         super().__init__()
-        self.table = nn.Embedding(max_len, d_model)
+        self.table = nn.Embedding(max_len + skip, d_model)
+        self.skip = skip
         nn.init.normal_(self.table.weight, std=d_model**-0.5)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Learned vectors for positions offset … offset + length - 1, (T, D)."""
         end = offset + length
-        max_len = self.table.num_embeddings
+        max_len = self.table.num_embeddings - self.skip
         if end > max_len:
             raise InputError(
                 f"a sequence reaching position {end} exceeds max_len={max_len} of the learned "
                 "position table: use shorter sequences, build with a larger max_len, or use "
                 "position='sinusoidal'"
             )
-        return self.table.weight[offset:end]
+        return self.table.weight[self.skip + offset : self.skip + end]
 
 
 class NoPosition(nn.Module):
@@ -110,4 +112,6 @@ def build_position(cfg: ModelConfig) -> nn.Module:
     """The absolute position module named by `cfg.position`."""
     if cfg.position == "none":
         return NoPosition()
+    if cfg.position == "learned":
+        return LearnedPosition(cfg.d_model, cfg.max_len, cfg.position_offset)
     return POSITION[cfg.position](cfg.d_model, cfg.max_len)

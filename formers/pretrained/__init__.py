@@ -15,6 +15,7 @@ gpt2.py       GPT2LMHeadModel -> the decoder LM (one module per family, its diff
               docstring)
 bert.py       BertForMaskedLM -> the masked-LM encoder
 marian.py     MarianMTModel -> the encoder-decoder transformer
+longformer.py LongformerForMaskedLM -> the two-sided Longformer encoder, first token global
 registry.py   the families, by the `architectures` (or `model_type`) of config.json
 importer.py   from_pretrained (in memory) and import_pretrained (a run folder)
 """

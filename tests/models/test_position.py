@@ -50,3 +50,24 @@ def test_an_offset_embeds_the_positions_that_follow(position):
     whole = embed(tokens)
     for start in (1, 4, 8):
         torch.testing.assert_close(embed(tokens[:, start:], offset=start), whole[:, start:])
+
+
+def test_a_position_offset_skips_rows_of_the_learned_table():
+    """position_offset = k: position p reads row p + k of a table of max_len + k rows, and
+    max_len still bounds the sequence (RoBERTa-style checkpoints, k = padding_idx + 1)."""
+    import formers
+    from formers.layers.embedding import InputEmbedding
+
+    cfg = formers.config(
+        "vanilla", d_model=8, n_heads=2, position="learned", max_len=10, position_offset=2
+    )
+    position = InputEmbedding(cfg, 50).position
+    assert position.table.num_embeddings == 12
+    torch.testing.assert_close(position(4, offset=3), position.table.weight[5:9])
+    assert position(10).shape == (10, 8)
+    with pytest.raises(InputError, match="exceeds max_len=10"):
+        position(11)
+    with pytest.raises(
+        formers.ConfigError, match="position_offset=2 skips rows.*position_offset=0"
+    ):
+        formers.config("vanilla", position="sinusoidal", position_offset=2)

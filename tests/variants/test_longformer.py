@@ -156,6 +156,26 @@ def test_a_window_covering_the_sequence_is_full_attention(causal, padded):
     assert not torch.allclose(attn(x, mask=mask), vanilla(x, mask=mask), atol=1e-6)
 
 
+def test_global_projections_without_global_tokens_are_kept_and_change_nothing():
+    """global_projections=True keeps Q_g, K_g, V_g with no global token (weights that hold
+    them load); the layer is then the plain window, and the same weights with global tokens
+    equal the dense twin."""
+    plain = layer(5)
+    options = LongformerConfig(window=5, global_projections=True)
+    kept = LongformerAttention(D, HEADS, options).double()
+    assert kept.global_qkv_proj is not None
+    kept.load_state_dict(plain.state_dict(), strict=False)  # the window's weights
+    x = torch.randn(2, 23, D, dtype=torch.float64)
+    key_valid = random_padding(2, 23)
+    for causal in (False, True):
+        mask = AttentionMask(causal=causal, key_valid=key_valid)
+        assert torch.equal(kept(x, mask=mask), plain(x, mask=mask))
+        kept.config = LongformerConfig(window=5, global_tokens=(0, 7), global_projections=True)
+        want = reference(kept, x, causal, key_valid)
+        torch.testing.assert_close(kept(x, mask=mask), want, rtol=1e-9, atol=1e-10)
+        kept.config = options
+
+
 def small(arch="decoder", **overrides):
     """A tiny longformer whose window is far shorter than the battery's sequences."""
     attention = {

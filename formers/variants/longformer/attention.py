@@ -30,7 +30,8 @@ Our choices:
     (§4.1 dilates 2 heads of the upper layers); `global_tokens` are fixed positions (e.g. [0]
     for a leading [CLS] token), the same in every row;
   - the global projections exist only when `global_tokens` is set (else no parameter would
-    learn); a padding position is never global;
+    learn), or when `global_projections` keeps them for weights that hold them (an imported
+    checkpoint run without global tokens); a padding position is never global;
   - the causal language-model preset has no global tokens, like the paper's character LM (§4).
 
 Shapes: B batch, T sequence length (this call), D model width, H heads, K head dim,
@@ -106,7 +107,7 @@ class LongformerAttention(MultiHeadAttention):
         self.config = config
         # Q_g, K_g, V_g (§3.1: "two sets of projections"), stacked like W^Q, W^K, W^V
         self.global_qkv_proj = None
-        if config.global_tokens:
+        if config.global_tokens or config.global_projections:
             self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=config.bias)
             nn.init.xavier_uniform_(self.global_qkv_proj.weight)
             if config.bias:
@@ -137,7 +138,7 @@ class LongformerAttention(MultiHeadAttention):
         if state is not None and not isinstance(state, LongformerCache):
             raise InputError(f"a Longformer layer decodes with its own new_state(), got {state}")
         out = super().forward(x, None, mask, state)  # (B, T, D)
-        if self.global_qkv_proj is None:
+        if not self.config.global_tokens:
             return out
         return self.global_attention(x, out, mask, state)
 
@@ -294,7 +295,7 @@ class LongformerAttention(MultiHeadAttention):
         """W^Q, W^K, W^V, W^O for every token, and K_g, V_g (two-sided: over every token); Q_g
         only projects the few global tokens."""
         n = sum(p.numel() for p in (*self.qkv_proj.parameters(), *self.out_proj.parameters()))
-        if self.global_qkv_proj is not None:
+        if self.config.global_tokens:
             n += 2 * self.global_qkv_proj.weight.numel() // 3
             if self.global_qkv_proj.bias is not None:
                 n += 2 * self.d_model

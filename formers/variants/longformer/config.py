@@ -23,12 +23,17 @@ class LongformerConfig(AttentionConfig):
         dilation: gap between window keys (1: none), one int or one per head.
         global_tokens: positions that attend to every token and that every token attends to,
             e.g. (0,) for a [CLS] token; () for none.
+        global_projections: give every layer the global projections Q_g, K_g, V_g even
+            when `global_tokens` is empty (with global tokens it always has them): a model
+            whose weights hold them, such as an imported checkpoint, then loads, exports and
+            runs with any global tokens, none included.
     """
 
     kind: str = "longformer"
     window: int | tuple[int, ...] = 256
     dilation: int | tuple[int, ...] = 1
     global_tokens: tuple[int, ...] = ()
+    global_projections: bool = False
 
     def __post_init__(self) -> None:
         # the command line and saved JSON give strings and lists: store ints and tuples
