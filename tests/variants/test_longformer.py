@@ -50,7 +50,7 @@ def reference(attn, x, causal, key_valid=None):
         return (torch.softmax(scores, -1) * has_key) @ v
 
     i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
-    options = attn.config
+    options = attn.options
     dilation = options.dilation
     dilations = dilation if isinstance(dilation, tuple) else (dilation,) * heads
     bands = []
@@ -150,9 +150,9 @@ def test_a_window_covering_the_sequence_is_full_attention(causal, padded):
     key_valid = random_padding(2, length) if padded else None
     mask = AttentionMask(causal=causal, key_valid=key_valid)
     torch.testing.assert_close(attn(x, mask=mask), vanilla(x, mask=mask), rtol=1e-10, atol=1e-12)
-    attn.config = LongformerConfig(window=10_000)  # and past the sequence
+    attn.options = LongformerConfig(window=10_000)  # and past the sequence
     torch.testing.assert_close(attn(x, mask=mask), vanilla(x, mask=mask), rtol=1e-10, atol=1e-12)
-    attn.config = LongformerConfig(window=5)  # the window is real below that
+    attn.options = LongformerConfig(window=5)  # the window is real below that
     assert not torch.allclose(attn(x, mask=mask), vanilla(x, mask=mask), atol=1e-6)
 
 
@@ -170,10 +170,10 @@ def test_global_projections_without_global_tokens_are_kept_and_change_nothing():
     for causal in (False, True):
         mask = AttentionMask(causal=causal, key_valid=key_valid)
         assert torch.equal(kept(x, mask=mask), plain(x, mask=mask))
-        kept.config = LongformerConfig(window=5, global_tokens=(0, 7), global_projections=True)
+        kept.options = LongformerConfig(window=5, global_tokens=(0, 7), global_projections=True)
         want = reference(kept, x, causal, key_valid)
         torch.testing.assert_close(kept(x, mask=mask), want, rtol=1e-9, atol=1e-10)
-        kept.config = options
+        kept.options = options
 
 
 def small(arch="decoder", **overrides):
@@ -302,7 +302,7 @@ def test_per_layer_windows_and_command_line_values():
     assert cfg.attention.window == (3, 4) and cfg.attention.dilation == PER_HEAD
     assert cfg.attention.global_tokens == (0, 3)
     assert [cfg.attention_at("decoder", i).window for i in range(2)] == [3, 4]
-    assert [layer.attn.config.window for layer in formers.build(cfg).layers] == [3, 4]
+    assert [layer.attn.options.window for layer in formers.build(cfg).layers] == [3, 4]
     assert formers.config_from_dict(cfg.to_dict()) == cfg  # JSON lists back to tuples
     one = formers.config(
         "longformer", **{"attention.window": "64", "attention.global_tokens": "[0]"}

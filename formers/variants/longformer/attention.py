@@ -96,21 +96,21 @@ class LongformerAttention(MultiHeadAttention):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        config: the options, `LongformerConfig` (one layer's: `window` an int).
+        options: the layer's `LongformerConfig` (`window` an int), kept as `self.options`.
         dropout: dropout on the attention weights.
     """
 
     config_class = LongformerConfig
 
-    def __init__(self, d_model: int, n_heads: int, config: LongformerConfig, dropout: float = 0.0):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=config.bias)
-        self.config = config
+    def __init__(self, d_model: int, n_heads: int, options: LongformerConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.options = options
         # Q_g, K_g, V_g (§3.1: "two sets of projections"), stacked like W^Q, W^K, W^V
         self.global_qkv_proj = None
-        if config.global_tokens or config.global_projections:
-            self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=config.bias)
+        if options.global_tokens or options.global_projections:
+            self.global_qkv_proj = nn.Linear(d_model, 3 * d_model, bias=options.bias)
             nn.init.xavier_uniform_(self.global_qkv_proj.weight)
-            if config.bias:
+            if options.bias:
                 nn.init.zeros_(self.global_qkv_proj.bias)
 
     @classmethod
@@ -120,7 +120,7 @@ class LongformerAttention(MultiHeadAttention):
 
     def new_state(self) -> LayerState | None:
         """A rolling window of keys and values, and the global tokens' keys."""
-        return LongformerCache(self.config)
+        return LongformerCache(self.options)
 
     def forward(
         self,
@@ -138,7 +138,7 @@ class LongformerAttention(MultiHeadAttention):
         if state is not None and not isinstance(state, LongformerCache):
             raise InputError(f"a Longformer layer decodes with its own new_state(), got {state}")
         out = super().forward(x, None, mask, state)  # (B, T, D)
-        if not self.config.global_tokens:
+        if not self.options.global_tokens:
             return out
         return self.global_attention(x, out, mask, state)
 
@@ -158,9 +158,9 @@ class LongformerAttention(MultiHeadAttention):
             q,
             k,
             v,
-            window=self.config.window,
+            window=self.options.window,
             causal=mask.causal,
-            dilation=self.config.dilation,
+            dilation=self.options.dilation,
             key_valid=mask.key_valid,
             global_keys=global_keys,
             global_positions=positions,
@@ -177,7 +177,7 @@ class LongformerAttention(MultiHeadAttention):
                 "decoding with a cache continues a causal sequence without padding: call the "
                 "model without cache= for a padded batch"
             )
-        batch, offset, tokens = q.shape[0], state.position, self.config.global_tokens
+        batch, offset, tokens = q.shape[0], state.position, self.options.global_tokens
         state.keep_global_keys(k, v, offset)
         global_keys = positions = None
         if tokens:  # all of them: a causal query sees those at or before it only
@@ -188,9 +188,9 @@ class LongformerAttention(MultiHeadAttention):
                 q,
                 k,
                 v,
-                window=self.config.window,
+                window=self.options.window,
                 causal=True,
-                dilation=self.config.dilation,
+                dilation=self.options.dilation,
                 global_keys=global_keys,
                 global_positions=positions,
                 scale=self.scale,
@@ -214,7 +214,7 @@ class LongformerAttention(MultiHeadAttention):
             return out
         end = offset + length
         if mask.causal:  # positions after the last global token are seen by no global query
-            last = max(self.config.global_tokens)  # decoding: those to come too
+            last = max(self.options.global_tokens)  # decoding: those to come too
             if state is None:
                 last = int(found[0].masked_fill(~found[1], -1).max())
             end = min(end, last + 1)
@@ -270,7 +270,7 @@ class LongformerAttention(MultiHeadAttention):
     ) -> tuple[Tensor, Tensor] | None:
         """The global tokens (`global_tokens`) among positions 0 … length−1: (B, G) long
         positions and (B, G) bool validity (False at padding); None when there are none."""
-        static = [p for p in self.config.global_tokens if p < length]
+        static = [p for p in self.options.global_tokens if p < length]
         if not static:
             return None
         positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
@@ -283,19 +283,19 @@ class LongformerAttention(MultiHeadAttention):
 
     def keys_per_query(self, seq_len: int) -> int:
         """The window (a causal one; two-sided sees window // 2 · 2 + 1) plus the global keys."""
-        return min(seq_len, self.config.window + len(self.config.global_tokens))
+        return min(seq_len, self.options.window + len(self.options.global_tokens))
 
     def score_flops_per_token(self, seq_len: int) -> float:
         """The band and global keys of every query, plus the global queries' rows over all
         seq_len keys (G of them per sequence: G keys per token on average)."""
-        keys = self.keys_per_query(seq_len) + min(seq_len, len(self.config.global_tokens))
+        keys = self.keys_per_query(seq_len) + min(seq_len, len(self.options.global_tokens))
         return 2.0 * 2 * keys * self.d_model
 
     def matmul_params_per_token(self) -> int:
         """W^Q, W^K, W^V, W^O for every token, and K_g, V_g (two-sided: over every token); Q_g
         only projects the few global tokens."""
         n = sum(p.numel() for p in (*self.qkv_proj.parameters(), *self.out_proj.parameters()))
-        if self.config.global_tokens:
+        if self.options.global_tokens:
             n += 2 * self.global_qkv_proj.weight.numel() // 3
             if self.global_qkv_proj.bias is not None:
                 n += 2 * self.d_model

@@ -81,25 +81,25 @@ class RoutingAttention(MultiHeadAttention, Reports):
     Args:
         d_model: model width D.
         n_heads: heads H.
-        config: the options, `RoutingConfig`.
+        options: the layer's `RoutingConfig`, kept as `self.options`.
         dropout: dropout on the attention weights.
     """
 
     config_class = RoutingConfig
 
-    def __init__(self, d_model: int, n_heads: int, config: RoutingConfig, dropout: float = 0.0):
-        super().__init__(d_model, n_heads, dropout=dropout, bias=config.bias)
-        self.config = config
-        self.local_heads = config.heads(n_heads)
-        self.block = (config.window + 1) // 2  # two blocks per query: at most `window` keys
+    def __init__(self, d_model: int, n_heads: int, options: RoutingConfig, dropout: float = 0.0):
+        super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
+        self.options = options
+        self.local_heads = options.heads(n_heads)
+        self.block = (options.window + 1) // 2  # two blocks per query: at most `window` keys
         # shared W^Q/W^K for routed heads: no W^K rows for them
         width = 2 * d_model + self.local_heads * self.d_head
-        self.qkv_proj = nn.Linear(d_model, width, bias=config.bias)
+        self.qkv_proj = nn.Linear(d_model, width, bias=options.bias)
         nn.init.xavier_uniform_(self.qkv_proj.weight)
-        if config.bias:
+        if options.bias:
             nn.init.zeros_(self.qkv_proj.bias)
         routed = n_heads - self.local_heads
-        self.kmeans = OnlineKMeans(routed, config.n_clusters, self.d_head, config.ema_decay)
+        self.kmeans = OnlineKMeans(routed, options.n_clusters, self.d_head, options.ema_decay)
         self.clear_reports()
 
     @classmethod
@@ -154,7 +154,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
     ) -> Tensor:
         """The blocked kernels over a whole sequence; `routed` (B, R, T, K) is q[:, L:] (the
         tensor `route` saw: its gradient triggers the centroids' update), in `clusters`."""
-        local, n_clusters = self.local_heads, self.config.n_clusters
+        local, n_clusters = self.local_heads, self.options.n_clusters
         shared = dict(causal=mask.causal, key_valid=mask.key_valid)
         shared["dropout"] = self.dropout if self.training else 0.0
         v_routed = v[:, local:]
@@ -164,7 +164,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         if local == 0:
             return out
         q, k, v = q[:, :local], k[:, :local], v[:, :local]
-        out_local = local_attention(q, k, v, self.config.local_window, **shared)  # (B, L, T, K)
+        out_local = local_attention(q, k, v, self.options.local_window, **shared)  # (B, L, T, K)
         if recording():  # reported routed first; the heads are local first
             routed_weights, local_weights = take_reports(2)
             report(torch.cat([local_weights, routed_weights], dim=1))
@@ -174,13 +174,13 @@ class RoutingAttention(MultiHeadAttention, Reports):
         """Clusters (B, R, T) of the routed vectors x (B, R, T, K); reports the commitment loss
         and schedules the centroids' update for the training step."""
         clusters = self.kmeans.assign(x, valid)
-        counts = clusters.new_zeros(*clusters.shape[:2], self.config.n_clusters + 1)
+        counts = clusters.new_zeros(*clusters.shape[:2], self.options.n_clusters + 1)
         counts = counts.scatter_add_(-1, clusters, torch.ones_like(clusters))[..., :-1]  # (B,R,C)
         tokens = counts.sum(-1).clamp(min=1)
         self.metrics = {"largest_cluster": (counts.amax(-1) / tokens).float().mean().detach()}
         if self.kmeans.ready:
             distortion = self.kmeans.distortion(x, clusters, valid)
-            self.aux_loss = self.config.commitment * distortion
+            self.aux_loss = self.options.commitment * distortion
             self.metrics["commitment"] = distortion.detach()
         if self.training:
             self.kmeans.update_on_backward(x, clusters)
@@ -199,7 +199,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         routed = self.route(routed_q, valid)  # (B, R, T)
         # local heads are one cluster (0) whose ranks are positions, padding included
         clusters = torch.cat([routed.new_zeros(batch, local, length), routed], dim=1)
-        new = cluster_ranks(clusters, self.config.n_clusters)  # ranks among the new tokens
+        new = cluster_ranks(clusters, self.options.n_clusters)  # ranks among the new tokens
         rank, counts = new.rank, new.counts
         if state.counts is not None:
             rank, counts = rank + state.counts.gather(-1, clusters), counts + state.counts
@@ -210,7 +210,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
         state.extend(k=k, v=v, cluster=clusters, rank=rank, key_ok=key_ok, counts=counts)
         if first:  # nothing before: the blocked kernels
             return self.attend_blocks(q, k, v, mask, routed_q, routed)
-        groups = [(0, local, self.config.local_window, False), (local, heads, self.block, True)]
+        groups = [(0, local, self.options.local_window, False), (local, heads, self.block, True)]
         outs = [
             ranked_attention(
                 q[:, a:b],
@@ -236,7 +236,7 @@ class RoutingAttention(MultiHeadAttention, Reports):
 
     def keys_per_query(self, seq_len: int) -> int:
         """Key slots each query is scored against: two blocks (own and previous)."""
-        local_keys = 2 * self.config.local_window if self.local_heads else 0
+        local_keys = 2 * self.options.local_window if self.local_heads else 0
         return min(seq_len, max(2 * self.block, local_keys))
 
     def score_flops_per_token(self, seq_len: int) -> float:
@@ -244,6 +244,6 @@ class RoutingAttention(MultiHeadAttention, Reports):
         centroids of the routed heads; 2 FLOPs per multiply-add."""
         routed = self.n_heads - self.local_heads
         slots = routed * min(seq_len, 2 * self.block) + self.local_heads * min(
-            seq_len, 2 * self.config.local_window
+            seq_len, 2 * self.options.local_window
         )
-        return 2.0 * self.d_head * (2 * slots + routed * self.config.n_clusters)
+        return 2.0 * self.d_head * (2 * slots + routed * self.options.n_clusters)
