@@ -45,6 +45,10 @@ for name in "${@:-${ALL[@]}}"; do
   fi
   compare "$name"
   status=$?
+  if [ "$status" -eq 130 ]; then  # the comparison saw the Ctrl-C (bash may not run its trap)
+    echo "$(stamp) stopped; the same command continues" >&2
+    exit 130
+  fi
   if [ "$status" -ne 0 ]; then
     echo "$(stamp) FAILED $name (exit $status); the same command resumes it" >&2
     failed+=("$name")
