@@ -371,6 +371,15 @@ def test_the_family_spec_lists_every_causal_lm_preset_at_two_contexts():
     assert cfg.train.time_budget_seconds == 300
 
 
+@pytest.mark.parametrize("name", ["family-lm", "family-mlm"])
+def test_the_family_specs_train_equal_tokens_per_step_at_every_context(name):
+    spec = load_spec_file(Path(__file__).parents[2] / f"experiments/{name}.yaml")
+    for arm in spec.names:
+        configs = [spec.run_config(arm, 0, context=c) for c in spec.contexts]
+        assert {c.train.batch_size * c.train.seq_len for c in configs} == {8192}, arm
+        assert [c.model.max_len for c in configs] == list(spec.contexts), arm
+
+
 def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path):
     from helpers import write_parallel_corpus
 
