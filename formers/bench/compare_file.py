@@ -6,7 +6,9 @@ evaluations, read into a `CompareSpec`.
       - {name: window-64, preset: longformer, overrides: {model.attention.window: 64}}
     corpus: wikitext-2-bytes
     seeds: [0, 1]
-    contexts: [1024, 4096]         # train.seq_len values; each its own column group
+    contexts:                      # train.seq_len values; each its own column group
+      - 1024
+      - {seq_len: 4096, overrides: {train.batch_size: 2}}   # overrides of this context alone
     budget: {train.time_budget: 300}
     overrides: {model.n_layers: 4, model.d_model: 256}
     evaluate:

@@ -32,6 +32,9 @@ NOT_COMPARED = ("train.data_dir",)
 # The keys of a spec file (and of compare.json, which is one); "presets" is the arms of folders
 # made before arms had names of their own.
 SPEC_KEYS = ("arms", "corpus", "seeds", "contexts", "overrides", "budget", "evaluate")
+# The keys of a `contexts:` entry given as a mapping rather than a plain seq_len.
+CONTEXT_ENTRY_KEYS = ("seq_len", "overrides")
+CONTEXT_EXAMPLE = "{seq_len: 4096, overrides: {train.batch_size: 2}}"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
@@ -108,6 +111,9 @@ class CompareSpec:
             `train.time_budget`, evaluation), as for `formers train`.
         contexts: `train.seq_len` values, each trained and reported on its own; empty: the one
             the overrides or the presets give.
+        context_overrides: overrides of one context's runs alone, keyed by its `contexts`
+            value and applied over the shared ones, under the arm's own, e.g.
+            {4096: {"train.batch_size": 2, "model.max_len": 4096}}.
         evaluations: extra evaluations of every trained run (`Evaluation`).
         source: the spec file it was read from (not part of what is compared).
     """
@@ -117,6 +123,7 @@ class CompareSpec:
     seeds: tuple[int, ...] = (0,)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     contexts: tuple[int, ...] = ()
+    context_overrides: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     evaluations: tuple[Evaluation, ...] = ()
     source: str | None = field(default=None, compare=False)
 
@@ -129,6 +136,9 @@ class CompareSpec:
         object.__setattr__(self, "seeds", tuple(self.seeds))
         object.__setattr__(self, "contexts", tuple(self.contexts))
         object.__setattr__(self, "overrides", flatten(dict(self.overrides)))
+        # an entry with no overrides is the plain context, so both spell the same spec
+        own = {c: flatten(dict(o)) for c, o in dict(self.context_overrides).items() if o}
+        object.__setattr__(self, "context_overrides", own)
         object.__setattr__(self, "evaluations", tuple(self.evaluations))
         self._check_lists()
         self._check_keys()
@@ -162,6 +172,12 @@ class CompareSpec:
                 raise ConfigError(f"{what} {', '.join(repeated)} is listed twice: {fix}")
         if not self.seeds:
             raise ConfigError("compare needs at least one seed, e.g. seeds=(0,)")
+        for context in self.context_overrides:
+            if context not in self.contexts:
+                raise ConfigError(
+                    f"context_overrides: {context!r} is not one of the contexts "
+                    f"({_words(self.contexts) or 'none'}): key them by a contexts value"
+                )
         for evaluation in self.evaluations:
             unknown = [a for a in evaluation.arms if a not in self.names]
             if unknown:
@@ -173,6 +189,7 @@ class CompareSpec:
     def _check_keys(self) -> None:
         for where, overrides in (
             ("", self.overrides),
+            *((f"context {c}: ", o) for c, o in self.context_overrides.items()),
             *((a._of(), a.overrides) for a in self.arms),
         ):
             for key in overrides:
@@ -218,9 +235,10 @@ class CompareSpec:
     def run_config(
         self, arm: str, seed: int, data_dir: str | None = None, context: int | None = None
     ) -> RunConfig:
-        """The resolved config of one run: the shared overrides, then the arm's own."""
+        """The resolved config of one run: the shared overrides, then the context's, then the
+        arm's own."""
         own = self.arm(arm)
-        overrides = {**self.overrides, **own.overrides}
+        overrides = {**self.overrides, **self.context_overrides.get(context, {}), **own.overrides}
         overrides |= {"train.corpus": self.corpus, "train.seed": seed}
         if context is not None:
             overrides[CONTEXT_KEY] = context
@@ -229,13 +247,29 @@ class CompareSpec:
         try:
             cfg = run_config(own.preset, overrides)
         except ConfigError as error:
-            raise ConfigError(f"{own._of()}{error}") from None
+            raise ConfigError(f"{self._culprit(own, context)}{error}") from None
         if cfg.model.arch not in TASKS:
             raise ConfigError(
                 f"preset {own.preset!r} builds arch={cfg.model.arch!r}, which has no training "
                 f"task yet; compare trains {' or '.join(TASKS)} models (see `formers presets`)"
             )
         return cfg
+
+    def _culprit(self, arm: Arm, context: int | None) -> str:
+        """Whose overrides a run does not resolve with, as an error's prefix: the arm's, when
+        the shared and context overrides resolve alone; the context's, when the shared do."""
+        fixed = {"train.corpus": self.corpus} | ({CONTEXT_KEY: context} if context else {})
+        shared = {**self.overrides, **fixed}
+        layers = [({**shared, **self.context_overrides.get(context, {}), **fixed}, arm._of())]
+        if self.context_overrides.get(context):
+            layers.append((shared, f"context {context}: {arm._of()}"))
+        for overrides, blamed in layers:
+            try:
+                run_config(arm.preset, overrides)
+                return blamed
+            except ConfigError:
+                continue
+        return arm._of()
 
     def runs(self) -> list[tuple[str, int | None, int]]:
         """Every (arm, context, seed), in the order they train."""
@@ -263,11 +297,15 @@ class CompareSpec:
             "arms": [arm.to_dict() for arm in self.arms],
             "corpus": self.corpus,
             "seeds": list(self.seeds),
-            "contexts": list(self.contexts),
+            "contexts": [self._context_entry(c) for c in self.contexts],
             "overrides": dict(self.overrides),
             "evaluate": [e.to_dict() for e in self.evaluations],
         }
         return data | ({"source": self.source} if self.source else {})
+
+    def _context_entry(self, context: int) -> int | dict[str, Any]:
+        own = self.context_overrides.get(context)
+        return {"seq_len": context, "overrides": dict(own)} if own else context
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompareSpec:
@@ -285,12 +323,14 @@ class CompareSpec:
         evaluations = data.get("evaluate") or []
         if not isinstance(evaluations, list):
             raise ConfigError("evaluate is a list of evaluations: evaluate: [{name: ..., ...}]")
+        contexts = [_context(entry) for entry in _list(data, "contexts", ())]
         return cls(
             arms=tuple(Arm.from_dict(a) for a in _list(data, "arms", data.get("presets"))),
             corpus=str(data.get("corpus", "stdlib")),
             seeds=tuple(_list(data, "seeds", (0,))),
             overrides=overrides,
-            contexts=tuple(_list(data, "contexts", ())),
+            contexts=tuple(c for c, _ in contexts),
+            context_overrides={c: o for c, o in contexts if o},
             evaluations=tuple(Evaluation.from_dict(e) for e in evaluations),
             source=data.get("source"),
         )
@@ -304,6 +344,25 @@ def _list(data: Mapping[str, Any], key: str, default: Any) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise ConfigError(f"{key} is a list, e.g. {key}: [{'vanilla' if key == 'arms' else 0}]")
     return list(value)
+
+
+def _context(entry: Any) -> tuple[Any, dict[str, Any]]:
+    """A `contexts:` entry as (seq_len, its overrides): a plain seq_len, or a mapping."""
+    if not isinstance(entry, Mapping):
+        return entry, {}
+    name = f"context {entry.get('seq_len', dict(entry))!r}"
+    unknown = sorted(set(entry) - set(CONTEXT_ENTRY_KEYS), key=str)
+    if unknown:
+        raise ConfigError(
+            f"{name}: unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), CONTEXT_ENTRY_KEYS)}"
+            f"; a context is a seq_len and its overrides, e.g. {CONTEXT_EXAMPLE}"
+        )
+    if "seq_len" not in entry:
+        raise ConfigError(f"{name}: give its seq_len, e.g. {CONTEXT_EXAMPLE}")
+    try:
+        return entry["seq_len"], _mapping(entry, "overrides")
+    except ConfigError as error:
+        raise ConfigError(f"{name}: {error}") from None
 
 
 def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -373,23 +432,42 @@ def spec_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
 
 
 def _setting_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
-    common = [name for name in spec.names if name in saved.names]
-    changes: dict[str, dict[str, str]] = {}  # key -> arm -> "before -> after"
-    for name in common:
+    arms = [name for name in spec.names if name in saved.names]
+    # the contexts both train (a change of the list itself is named on its own)
+    contexts = [c for c in spec.context_list if c in saved.context_list] or [None]
+    changes: dict[str, dict[tuple[str, int | None], str]] = {}  # key -> run -> "old -> new"
+    for run in [(name, context) for name in arms for context in contexts]:
         try:
-            before = flatten(saved.run_config(name, 0).to_dict())
+            before = flatten(saved.run_config(run[0], 0, context=run[1]).to_dict())
         except ConfigError as error:  # the library changed under the saved spec
             return [f"the saved settings no longer resolve ({error})"]
-        after = flatten(spec.run_config(name, 0).to_dict())
+        after = flatten(spec.run_config(run[0], 0, context=run[1]).to_dict())
         for key in sorted(before.keys() | after.keys()):
             if key not in NOT_COMPARED and before.get(key) != after.get(key):
-                changes.setdefault(key, {})[name] = f"{before.get(key)} -> {after.get(key)}"
-    lines = []
-    for key, by_arm in changes.items():
-        if len(by_arm) == len(common) and len(set(by_arm.values())) == 1:
-            lines.append(f"{key}: {next(iter(by_arm.values()))}")
-        else:
-            lines += [f"arm {name}: {key}: {change}" for name, change in by_arm.items()]
+                changes.setdefault(key, {})[run] = f"{before.get(key)} -> {after.get(key)}"
+    return [line for key, by_run in changes.items() for line in _said(key, by_run, arms, contexts)]
+
+
+def _said(
+    key: str, by_run: dict[tuple[str, int | None], str], arms: list[str], contexts: list[Any]
+) -> list[str]:
+    """One setting's changes, said once for every run, per context or per arm where all the
+    runs there changed alike, and per run otherwise."""
+
+    def alike(runs: list[tuple[str, int | None]]) -> bool:
+        return all(run in by_run for run in runs) and len({by_run[run] for run in runs}) == 1
+
+    every = [(a, c) for a in arms for c in contexts]
+    if alike(every):
+        return [f"{key}: {by_run[every[0]]}"]
+    lines, said = [], set()
+    groups = [(f"context {c}", [(a, c) for a in arms]) for c in contexts if c is not None]
+    groups += [(f"arm {a}", [(a, c) for c in contexts]) for a in arms]
+    groups += [(f"arm {a}, context {c}", [(a, c)]) for a, c in every]
+    for label, runs in groups:
+        if alike(runs) and not said & set(runs):
+            lines.append(f"{label}: {key}: {by_run[runs[0]]}")
+            said |= set(runs)
     return lines
 
 

@@ -151,6 +151,29 @@ BAD_SPECS = {
         {"arms": ["vanilla"], "contexts": [16, 32]},
         ["train.seq_len is set by each context (16 32): leave it out"],
     ),
+    "context entry key unknown": (
+        {"arms": ["vanilla"], "contexts": [8, {"seq_len": 16, "overide": {"batch_size": 2}}]},
+        [
+            "context 16: unknown key 'overide' (did you mean 'overrides'?); a context is a",
+            "e.g. {seq_len: 4096, overrides: {train.batch_size: 2}}",
+        ],
+    ),
+    "context entry without seq_len": (
+        {"arms": ["vanilla"], "contexts": [8, {"overrides": {"train.batch_size": 2}}]},
+        ["context {'overrides': {'train.batch_size': 2}}: give its seq_len, e.g. {seq_len: "],
+    ),
+    "context entry seq_len zero": (
+        {"arms": ["vanilla"], "contexts": [8, {"seq_len": 0}]},
+        ["context 0 is not a positive integer: list train.seq_len values"],
+    ),
+    "context override field unknown": (
+        {"arms": ["vanilla"], "contexts": [8, {"seq_len": 16, "overrides": {"model.d_modle": 8}}]},
+        ["context 16: unknown config key 'd_modle' (did you mean 'd_model'?)"],
+    ),
+    "context override that is the context": (
+        {"arms": ["vanilla"], "contexts": [8, {"seq_len": 16, "overrides": {"seq_len": 32}}]},
+        ["context 16: seq_len is set by each context (8 16): leave it out"],
+    ),
     "evaluation option unknown": (
         {"arms": ["vanilla"], "evaluate": [{"name": "e", "seq_lne": 32}]},
         ["evaluation 'e': unknown key 'seq_lne' (did you mean 'seq_len'?)"],
@@ -231,6 +254,57 @@ def test_each_context_trains_its_own_runs_and_column_group(tmp_path, corpus):
     assert "Context 8: baseline: vanilla." in report and "Context 24: baseline: vanilla." in report
 
 
+def test_a_context_carries_its_own_overrides_into_its_runs(tmp_path, corpus):
+    shared = {k: v for k, v in TINY.items() if k != "train.seq_len"}
+    long = {"seq_len": 24, "overrides": {"train.batch_size": 2, "model.max_len": 24}}
+    spec = write_spec(
+        tmp_path / "s.yaml", corpus, arms=["vanilla"], contexts=[8, long], overrides=shared,
+        budget={"train.max_steps": 2},
+    )  # fmt: skip
+    out = tmp_path / "cmp"
+    assert compare(spec, out) == 0
+    short = json.loads((out / "runs/vanilla/ctx8/seed0/config.json").read_text())
+    longer = json.loads((out / "runs/vanilla/ctx24/seed0/config.json").read_text())
+    assert (short["train"]["batch_size"], short["model"]["max_len"]) == (4, 1024)
+    assert (longer["train"]["batch_size"], longer["model"]["max_len"]) == (2, 24)
+    assert longer["train"]["seq_len"] == 24
+    # applied over the shared overrides and under an arm's own
+    over = {"name": "b3", "preset": "vanilla", "overrides": {"train.batch_size": 3}}
+    both = load_spec_file(write_spec(tmp_path / "t.yaml", corpus, arms=["vanilla", over],
+                                     contexts=[8, long], overrides=shared))  # fmt: skip
+    assert both.run_config("b3", 0, context=24).train.batch_size == 3
+    assert both.run_config("vanilla", 0, context=24).train.batch_size == 2
+    assert both.run_config("vanilla", 0, context=8).train.batch_size == 4
+
+
+def test_a_changed_context_override_is_refused_on_resume_naming_it(tmp_path, corpus, capsys):
+    shared = {k: v for k, v in TINY.items() if k != "train.seq_len"}
+    out = tmp_path / "cmp"
+    saved = CompareSpec(
+        ("vanilla", "primer-ez"), corpus=str(corpus), overrides={**shared, **BUDGET},
+        contexts=(8, 24), context_overrides={24: {"train.batch_size": 2}},
+    )  # fmt: skip
+    out.mkdir()
+    (out / "compare.json").write_text(json.dumps(saved.to_dict()))
+    assert load_spec_file(out / "compare.json") == saved
+    changed = {"seq_len": 24, "overrides": {"train.batch_size": 3}}
+    spec = write_spec(
+        tmp_path / "s.yaml", corpus, arms=["vanilla", "primer-ez"], contexts=[8, changed],
+        overrides=shared,
+    )  # fmt: skip
+    assert compare(spec, out) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(context 24: train.batch_size: 2 -> 3)" in err, err
+    assert not (out / "runs").exists()
+    # an entry with no overrides is the plain context
+    same = [{"seq_len": 8}, {"seq_len": 24, "overrides": {"train.batch_size": 2}}]
+    spec = write_spec(
+        tmp_path / "s.yaml", corpus, arms=["vanilla", "primer-ez"], contexts=same,
+        overrides=shared,
+    )  # fmt: skip
+    assert load_spec_file(spec) == saved
+
+
 def test_evaluations_add_columns_that_follow_their_settings(tmp_path, corpus, monkeypatch):
     evaluate = [
         {"name": "same"},  # training's settings: the trainer's final valid loss again
@@ -295,6 +369,15 @@ def test_the_family_spec_lists_every_causal_lm_preset_at_two_contexts():
     cfg = spec.run_config("switch", 0, context=4096)
     assert (cfg.model.n_layers, cfg.model.d_model, cfg.train.seq_len) == (4, 256, 4096)
     assert cfg.train.time_budget_seconds == 300
+
+
+@pytest.mark.parametrize("name", ["family-lm", "family-mlm"])
+def test_the_family_specs_train_equal_tokens_per_step_at_every_context(name):
+    spec = load_spec_file(Path(__file__).parents[2] / f"experiments/{name}.yaml")
+    for arm in spec.names:
+        configs = [spec.run_config(arm, 0, context=c) for c in spec.contexts]
+        assert {c.train.batch_size * c.train.seq_len for c in configs} == {8192}, arm
+        assert [c.model.max_len for c in configs] == list(spec.contexts), arm
 
 
 def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path):
