@@ -46,7 +46,16 @@ from torch import Tensor
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.family import Family, HFConfig, Param, exportable, fuse, pair, split
+from formers.pretrained.family import (
+    BIASED_LAYERS,
+    Family,
+    HFConfig,
+    Param,
+    exportable,
+    fuse,
+    pair,
+    split,
+)
 
 # BertConfig's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -89,12 +98,7 @@ DIFF = {
     "scale_tied_output": False,
     "ffn_dropout": 0.0,
     "adaptive_cutoffs": None,
-    "attention.kind": "vanilla",
-    "attention.bias": True,
-    "attention.layers": "all",
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
+    **BIASED_LAYERS,
     "ffn.activation": tuple(HF_ACTIVATIONS),
 }
 QKV = ("query", "key", "value")

@@ -20,6 +20,17 @@ from torch import Tensor
 from formers.config import ModelConfig
 from formers.pretrained.errors import PretrainedError
 
+# the config fields of a checkpoint whose every layer is Vaswani's attention and a dense MLP,
+# each projection with a bias (GPT-2, BERT, Marian), for the `required` of `exportable`
+BIASED_LAYERS = {
+    "attention.kind": "vanilla",
+    "attention.bias": True,
+    "attention.layers": "all",
+    "ffn.kind": "dense",
+    "ffn.bias": True,
+    "ffn.layers": "all",
+}
+
 
 @dataclass(frozen=True)
 class Param:

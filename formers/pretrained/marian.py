@@ -48,7 +48,16 @@ from torch import Tensor
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.family import Family, HFConfig, Param, exportable, fuse, pair, split
+from formers.pretrained.family import (
+    BIASED_LAYERS,
+    Family,
+    HFConfig,
+    Param,
+    exportable,
+    fuse,
+    pair,
+    split,
+)
 
 # MarianConfig's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -99,12 +108,7 @@ DIFF = {
     "adaptive_cutoffs": None,
     "encoder_attention": None,
     "encoder_ffn": None,
-    "attention.kind": "vanilla",
-    "attention.bias": True,
-    "attention.layers": "all",
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
+    **BIASED_LAYERS,
     "ffn.activation": tuple(HF_ACTIVATIONS),
 }
 
