@@ -39,14 +39,23 @@ is_decoder, add_cross_attention, another hidden_act, type_vocab_size 0.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.family import Family, HFConfig, Param, exportable
+from formers.pretrained.family import (
+    BIASED_LAYERS,
+    Family,
+    HFConfig,
+    Param,
+    exportable,
+    fuse,
+    pair,
+    split,
+)
 
 # BertConfig's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -89,31 +98,74 @@ DIFF = {
     "scale_tied_output": False,
     "ffn_dropout": 0.0,
     "adaptive_cutoffs": None,
-    "attention.kind": "vanilla",
-    "attention.bias": True,
-    "attention.layers": "all",
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
+    **BIASED_LAYERS,
     "ffn.activation": tuple(HF_ACTIVATIONS),
 }
 QKV = ("query", "key", "value")
 
 
-def model_config(hf: HFConfig) -> ModelConfig:
-    """The formers config of a BertConfig."""
-    hf.require("position_embedding_type", ("absolute",), "formers' learned positions are absolute")
-    hf.require("is_decoder", (False,), "the masked-LM encoder is bidirectional")
-    hf.require("add_cross_attention", (False,), "a masked LM has no encoder to attend to")
-    hf.require("hidden_act", tuple(ACTIVATIONS), "no such formers activation")
+@dataclass(frozen=True)
+class Layout:
+    """Where a BERT-shaped checkpoint keeps its tensors, for the families that are BERT's
+    mapping with other names.
+
+    Attributes:
+        prefix: the encoder's ("bert."), which a save of the bare encoder lacks.
+        head: the masked-LM head's ("cls.predictions.").
+        unprefixed: the names that stand without `prefix` in a whole-model save.
+        transform: the head transform's dense layer and LayerNorm, under `head`.
+        fused: each layer's fused projections under attention.self. (formers' attn.<name>_proj)
+            and the three that transformers keeps apart, stacked in that order.
+        tied_bias: the decoder's bias is always the head's own (else it is the head's only
+            when tie_word_embeddings, and a parameter of its own when not).
+        tf_norms: read TensorFlow's LayerNorm gamma and beta as weight and bias.
+    """
+
+    prefix: str
+    head: str
+    unprefixed: tuple[str, ...]
+    transform: tuple[str, str]
+    fused: dict[str, tuple[str, ...]]
+    tied_bias: bool = False
+    tf_norms: bool = False
+
+
+BERT = Layout(
+    prefix=PREFIX,
+    head=HEAD,
+    unprefixed=(PREFIX, "cls."),
+    transform=("transform.dense", "transform.LayerNorm"),
+    fused={"qkv": QKV},
+    tf_norms=True,
+)
+# each layer's tensors besides the fused projections: formers' name, the checkpoint's
+LAYER = (
+    ("attn.out_proj", "attention.output.dense"),
+    ("attn_res.norm", "attention.output.LayerNorm"),
+    ("ffn.up", "intermediate.dense"),
+    ("ffn.down", "output.dense"),
+    ("ffn_res.norm", "output.LayerNorm"),
+)
+
+
+def check_types(hf: HFConfig) -> None:
+    """Refuse type_vocab_size 0: formers gives every token a type."""
     if not hf["type_vocab_size"] >= 1:
         raise PretrainedError(
             f"{hf.folder}/config.json sets type_vocab_size={hf['type_vocab_size']!r}, which "
             "formers cannot honour (every token has a type): it imports checkpoints with "
             "type_vocab_size >= 1"
         )
-    # an explicit null means no padding token, so the config's default must not fill it in
-    pad_id = hf.values.get("pad_token_id", DEFAULTS["pad_token_id"])
+
+
+def encoder_config(
+    hf: HFConfig,
+    pad_id: int | None,
+    attention: AttentionConfig,
+    activation: str,
+    position_offset: int = 0,
+) -> ModelConfig:
+    """The formers config of a BERT-shaped config.json, with what the families set apart."""
     return ModelConfig(
         arch="encoder",
         vocab_size=hf["vocab_size"],
@@ -127,7 +179,8 @@ def model_config(hf: HFConfig) -> ModelConfig:
         norm="post",
         norm_eps=float(hf["layer_norm_eps"]),
         position="learned",
-        max_len=hf["max_position_embeddings"],
+        max_len=hf["max_position_embeddings"] - position_offset,
+        position_offset=position_offset,
         embed_init_std=float(hf["initializer_range"]),
         embed_scale=1.0,
         embed_norm=True,
@@ -136,116 +189,131 @@ def model_config(hf: HFConfig) -> ModelConfig:
         output_bias=True,
         tie_embeddings=bool(hf["tie_word_embeddings"]),
         pad_id=pad_id,
-        attention=AttentionConfig(),
-        ffn=FFNConfig(activation=ACTIVATIONS[hf["hidden_act"]]),
+        attention=attention,
+        ffn=FFNConfig(activation=activation),
     )
+
+
+def model_config(hf: HFConfig) -> ModelConfig:
+    """The formers config of a BertConfig."""
+    hf.require("position_embedding_type", ("absolute",), "formers' learned positions are absolute")
+    hf.require("is_decoder", (False,), "the masked-LM encoder is bidirectional")
+    hf.require("add_cross_attention", (False,), "a masked LM has no encoder to attend to")
+    hf.require("hidden_act", tuple(ACTIVATIONS), "no such formers activation")
+    check_types(hf)
+    # an explicit null means no padding token, so the config's default must not fill it in
+    pad_id = hf.values.get("pad_token_id", DEFAULTS["pad_token_id"])
+    return encoder_config(hf, pad_id, AttentionConfig(), ACTIVATIONS[hf["hidden_act"]])
+
+
+def encoder_hf_config(cfg: ModelConfig, family: str, hidden_act: str, positions: int) -> dict:
+    """The config.json fields of a formers encoder LM that every BERT-shaped family writes
+    (its type vocabulary refused, naming the field, when a `family` checkpoint has none)."""
+    if cfg.type_vocab_size < 1:
+        raise PretrainedError(
+            f"the model has type_vocab_size=0, which a {family} checkpoint cannot express: it "
+            "needs type_vocab_size >= 1"
+        )
+    return {
+        "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.d_ff,
+        "hidden_act": hidden_act,
+        "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attn_dropout,
+        "max_position_embeddings": positions,
+        "type_vocab_size": cfg.type_vocab_size,
+        "initializer_range": cfg.embedding_std,
+        "layer_norm_eps": cfg.norm_eps,
+        "pad_token_id": cfg.pad_id,
+        "tie_word_embeddings": cfg.tie_embeddings,
+    }
 
 
 def hf_config(cfg: ModelConfig, tokenizer: Tokenizer | None) -> dict:
     """The BertConfig of a formers encoder LM that is BERT shaped (refused, naming the first
     field that is not)."""
     exportable(cfg, "BERT", DIFF)
-    if cfg.type_vocab_size < 1:
-        raise PretrainedError(
-            "the model has type_vocab_size=0, which a BERT checkpoint cannot express: it needs "
-            "type_vocab_size >= 1"
-        )
+    act = HF_ACTIVATIONS[cfg.ffn.activation]
     return {
         "architectures": ["BertForMaskedLM"],
         "model_type": "bert",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.d_ff,
-        "hidden_act": HF_ACTIVATIONS[cfg.ffn.activation],
-        "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.attn_dropout,
-        "max_position_embeddings": cfg.max_len,
-        "type_vocab_size": cfg.type_vocab_size,
-        "initializer_range": cfg.embedding_std,
-        "layer_norm_eps": cfg.norm_eps,
-        "pad_token_id": cfg.pad_id,
+        **encoder_hf_config(cfg, "BERT", act, cfg.max_len),
         "position_embedding_type": "absolute",
         "is_decoder": False,
-        "tie_word_embeddings": cfg.tie_embeddings,
     }
 
 
-def _pair(ours: str, theirs: str) -> list[Param]:
-    """A layer's weight and bias."""
-    return [Param(f"{ours}.weight", f"{theirs}.weight"), Param(f"{ours}.bias", f"{theirs}.bias")]
-
-
-def params(cfg: ModelConfig) -> list[Param]:
-    """Every formers parameter of the encoder LM and its BertForMaskedLM tensor."""
-    e = f"{PREFIX}embeddings."
+def params(cfg: ModelConfig, layout: Layout = BERT) -> list[Param]:
+    """Every formers parameter of the encoder LM and its tensor in a `layout` checkpoint
+    (BertForMaskedLM's by default)."""
+    e, head = f"{layout.prefix}embeddings.", layout.head
     words = f"{e}word_embeddings.weight"
     out = [
         Param("embed.token.weight", words),
         Param("embed.token_type.weight", f"{e}token_type_embeddings.weight"),
         Param("embed.position.table.weight", f"{e}position_embeddings.weight"),
-        *_pair("embed.norm", f"{e}LayerNorm"),
+        *pair("embed.norm", f"{e}LayerNorm"),
     ]
+    # the fused projections first, each stacked by `normalise`
+    layer = [(f"attn.{n}_proj", f"attention.self.{n}") for n in layout.fused] + list(LAYER)
     for i in range(cfg.n_layers):
-        ours, theirs = f"layers.{i}.", f"{PREFIX}encoder.layer.{i}."
-        for name, hf in (
-            ("attn.qkv_proj", "attention.self.qkv"),  # fused by `normalise`
-            ("attn.out_proj", "attention.output.dense"),
-            ("attn_res.norm", "attention.output.LayerNorm"),
-            ("ffn.up", "intermediate.dense"),
-            ("ffn.down", "output.dense"),
-            ("ffn_res.norm", "output.LayerNorm"),
-        ):
-            out += _pair(ours + name, theirs + hf)
+        ours, theirs = f"layers.{i}.", f"{layout.prefix}encoder.layer.{i}."
+        for name, hf in layer:
+            out += pair(ours + name, theirs + hf)
+    dense, norm = layout.transform
     return out + [
-        *_pair("head_transform.dense", f"{HEAD}transform.dense"),
-        *_pair("head_transform.norm", f"{HEAD}transform.LayerNorm"),
-        Param("lm_head.weight", words if cfg.tie_embeddings else f"{HEAD}decoder.weight"),
-        Param("lm_head.bias", f"{HEAD}bias"),
+        *pair("head_transform.dense", head + dense),
+        *pair("head_transform.norm", head + norm),
+        Param("lm_head.weight", words if cfg.tie_embeddings else f"{head}decoder.weight"),
+        Param("lm_head.bias", f"{head}bias"),
     ]
 
 
-def _renamed(key: str) -> str:
-    """A checkpoint name as BertForMaskedLM spells it: with the "bert." prefix (a BertModel
-    save has none), LayerNorm's weight and bias for TensorFlow's gamma and beta."""
-    key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
-    key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
-    return key if key.startswith((PREFIX, "cls.")) else PREFIX + key
+def _renamed(key: str, layout: Layout) -> str:
+    """A checkpoint name as the whole masked LM spells it: with the encoder's prefix (a save
+    of the bare encoder has none), LayerNorm's weight and bias for TensorFlow's gamma and beta
+    where the layout reads them."""
+    if layout.tf_norms:
+        key = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", key)
+        key = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key)
+    return key if key.startswith(layout.unprefixed) else layout.prefix + key
 
 
-def normalise(weights: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The checkpoint's tensors under the names `params` spells: q, k and v of each layer
-    stacked into one (3D, D) matrix; the decoder's copy of the tied matrix dropped."""
-    named = {_renamed(k): v for k, v in weights.items()}
-    # the bias the decoder adds: predictions.bias itself when tied (saved once, under that
-    # name), a parameter of its own when tie_word_embeddings is false
-    decoder_bias = named.pop(f"{HEAD}decoder.bias", None)
-    if decoder_bias is not None:
-        named[f"{HEAD}bias"] = decoder_bias
+def normalise(
+    weights: dict[str, Tensor], cfg: ModelConfig, layout: Layout = BERT
+) -> dict[str, Tensor]:
+    """The checkpoint's tensors under the names `params` spells: each layer's fused
+    projections stacked into one (3D, D) matrix each; the decoder's copy of the tied matrix
+    dropped."""
+    named = {_renamed(k, layout): v for k, v in weights.items()}
+    # the bias the decoder adds: the head's bias itself when tied (saved once, under either
+    # name), a parameter of its own when a BERT's tie_word_embeddings is false
+    head = layout.head
+    decoder_bias = named.pop(f"{head}decoder.bias", None)
+    if decoder_bias is not None and not (layout.tied_bias and f"{head}bias" in named):
+        named[f"{head}bias"] = decoder_bias
     if cfg.tie_embeddings:
-        named.pop(f"{HEAD}decoder.weight", None)
+        named.pop(f"{head}decoder.weight", None)
     for i in range(cfg.n_layers):
-        base = f"{PREFIX}encoder.layer.{i}.attention.self."
-        for kind in ("weight", "bias"):
-            parts = [f"{base}{n}.{kind}" for n in QKV]
-            if all(p in named for p in parts):  # else the missing one is reported as qkv
-                named[f"{base}qkv.{kind}"] = torch.cat([named.pop(p) for p in parts])
+        for fused, parts in layout.fused.items():
+            fuse(named, f"{layout.prefix}encoder.layer.{i}.attention.self.", fused, parts)
     return named
 
 
-def denormalise(tensors: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `normalise` on export: each fused qkv split into query, key and value;
-    an untied decoder's bias written under its own name too."""
+def denormalise(
+    tensors: dict[str, Tensor], cfg: ModelConfig, layout: Layout = BERT
+) -> dict[str, Tensor]:
+    """The inverse of `normalise` on export: each fused matrix split into its three; the
+    decoder's bias written under its own name too where it is one of its own or tied."""
     out = dict(tensors)
-    if not cfg.tie_embeddings:  # an untied decoder has a bias of its own, which it adds
-        out[f"{HEAD}decoder.bias"] = out[f"{HEAD}bias"].clone()
+    if layout.tied_bias or not cfg.tie_embeddings:
+        out[f"{layout.head}decoder.bias"] = out[f"{layout.head}bias"].clone()
     for i in range(cfg.n_layers):
-        base = f"{PREFIX}encoder.layer.{i}.attention.self."
-        for kind in ("weight", "bias"):
-            fused = out.pop(f"{base}qkv.{kind}")
-            for name, part in zip(QKV, fused.chunk(3), strict=True):
-                out[f"{base}{name}.{kind}"] = part.contiguous()
+        for fused, parts in layout.fused.items():
+            split(out, f"{layout.prefix}encoder.layer.{i}.attention.self.", fused, parts)
     return out
 
 

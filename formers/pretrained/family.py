@@ -14,10 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from formers.config import ModelConfig
 from formers.pretrained.errors import PretrainedError
+
+# the config fields of a checkpoint whose every layer is Vaswani's attention and a dense MLP,
+# each projection with a bias (GPT-2, BERT, Marian), for the `required` of `exportable`
+BIASED_LAYERS = {
+    "attention.kind": "vanilla",
+    "attention.bias": True,
+    "attention.layers": "all",
+    "ffn.kind": "dense",
+    "ffn.bias": True,
+    "ffn.layers": "all",
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +45,29 @@ class Param:
         return tensor.t().contiguous() if self.transpose else tensor
 
     to_hf = to_formers  # a transpose undoes itself
+
+
+def pair(ours: str, theirs: str) -> list[Param]:
+    """A layer's weight and bias."""
+    return [Param(f"{ours}.weight", f"{theirs}.weight"), Param(f"{ours}.bias", f"{theirs}.bias")]
+
+
+def fuse(named: dict[str, Tensor], base: str, fused: str, parts: tuple[str, ...]) -> None:
+    """Stack the weights and the biases of the projections `parts` under `base` into one
+    (their rows in order) named `base + fused`, in place. Where one is missing they stay
+    apart, so that `Family.state_dict` reports the fused name missing."""
+    for kind in ("weight", "bias"):
+        names = [f"{base}{p}.{kind}" for p in parts]
+        if all(n in named for n in names):
+            named[f"{base}{fused}.{kind}"] = torch.cat([named.pop(n) for n in names])
+
+
+def split(tensors: dict[str, Tensor], base: str, fused: str, parts: tuple[str, ...]) -> None:
+    """The inverse of `fuse`, in place: `base + fused` split into the projections `parts`."""
+    for kind in ("weight", "bias"):
+        whole = tensors.pop(f"{base}{fused}.{kind}")
+        for name, part in zip(parts, whole.chunk(len(parts)), strict=True):
+            tensors[f"{base}{name}.{kind}"] = part.contiguous()
 
 
 class HFConfig:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
-from formers.pretrained.family import Family, HFConfig, Param, exportable
+from formers.pretrained.family import BIASED_LAYERS, Family, HFConfig, Param, exportable
 
 # GPT2Config's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -79,12 +79,7 @@ DIFF = {
     "type_vocab_size": 0,
     "head_transform": False,
     "output_bias": False,
-    "attention.kind": "vanilla",
-    "attention.bias": True,
-    "attention.layers": "all",
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
+    **BIASED_LAYERS,
     "ffn.activation": tuple(HF_ACTIVATIONS),
 }
 

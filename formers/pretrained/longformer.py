@@ -41,59 +41,40 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import torch
 from torch import Tensor
 
-from formers.config import FFNConfig, ModelConfig
+from formers.config import ModelConfig
 from formers.data.tokenizers import Tokenizer
+from formers.pretrained import bert
 from formers.pretrained.errors import PretrainedError
 from formers.pretrained.family import Family, HFConfig, Param, exportable
 from formers.variants.longformer import LongformerConfig
 
-# LongformerConfig's defaults, for a config.json that leaves a field out
+# LongformerConfig's defaults, for a config.json that leaves a field out: BertConfig's but
+# for the fields of BERT's that Longformer has not
+BERT_ONLY = ("position_embedding_type", "is_decoder", "add_cross_attention")
 DEFAULTS = {
-    "vocab_size": 30522,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512,
-    "type_vocab_size": 2,
-    "initializer_range": 0.02,
-    "layer_norm_eps": 1e-12,
+    **{k: v for k, v in bert.DEFAULTS.items() if k not in BERT_ONLY},
     "pad_token_id": 1,
     "attention_window": 512,
-    "tie_word_embeddings": True,
 }
-PREFIX, HEAD = "longformer.", "lm_head."
+# what a formers config must be to be Longformer: BERT with Longformer attention
 DIFF = {
-    "arch": "encoder",
-    "norm": "post",
-    "position": "learned",
-    "embedding_scale": 1.0,
-    "embed_norm": True,
-    "head_transform": True,
-    "output_bias": True,
-    "scale_tied_output": False,
-    "ffn_dropout": 0.0,
-    "adaptive_cutoffs": None,
+    **bert.DIFF,
     "attention.kind": "longformer",
-    "attention.bias": True,
-    "attention.layers": "all",
     "attention.dilation": 1,
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
     "ffn.activation": "gelu",
 }
-# the fused projections of formers and the separate ones they stack (q, then k, then v)
-FUSED = {
-    "qkv": ("query", "key", "value"),
-    "global_qkv": ("query_global", "key_global", "value_global"),
-}
+# where LongformerForMaskedLM keeps its tensors: BERT's with other names, the global
+# projections fused beside q, k and v, and a decoder bias that is always the head's
+LAYOUT = bert.Layout(
+    prefix="longformer.",
+    head="lm_head.",
+    unprefixed=("longformer.", "lm_head."),
+    transform=("dense", "layer_norm"),
+    fused={"qkv": bert.QKV, "global_qkv": ("query_global", "key_global", "value_global")},
+    tied_bias=True,
+)
 
 
 def windows(hf: HFConfig) -> int | tuple[int, ...]:
@@ -119,40 +100,10 @@ def windows(hf: HFConfig) -> int | tuple[int, ...]:
 def model_config(hf: HFConfig) -> ModelConfig:
     """The formers config of a LongformerConfig."""
     hf.require("hidden_act", ("gelu",), "the masked-LM head applies the exact GELU")
-    if not hf["type_vocab_size"] >= 1:
-        raise PretrainedError(
-            f"{hf.folder}/config.json sets type_vocab_size={hf['type_vocab_size']!r}, which "
-            "formers cannot honour (every token has a type): it imports checkpoints with "
-            "type_vocab_size >= 1"
-        )
+    bert.check_types(hf)
     pad_id = hf["pad_token_id"]
     attention = LongformerConfig(window=windows(hf), global_tokens=(0,), global_projections=True)
-    return ModelConfig(
-        arch="encoder",
-        vocab_size=hf["vocab_size"],
-        d_model=hf["hidden_size"],
-        n_heads=hf["num_attention_heads"],
-        n_layers=hf["num_hidden_layers"],
-        d_ff=hf["intermediate_size"],
-        dropout=float(hf["hidden_dropout_prob"]),
-        attn_dropout=float(hf["attention_probs_dropout_prob"]),
-        ffn_dropout=0.0,
-        norm="post",
-        norm_eps=float(hf["layer_norm_eps"]),
-        position="learned",
-        max_len=hf["max_position_embeddings"] - (pad_id + 1),
-        position_offset=pad_id + 1,
-        embed_init_std=float(hf["initializer_range"]),
-        embed_scale=1.0,
-        embed_norm=True,
-        type_vocab_size=hf["type_vocab_size"],
-        head_transform=True,
-        output_bias=True,
-        tie_embeddings=bool(hf["tie_word_embeddings"]),
-        pad_id=pad_id,
-        attention=attention,
-        ffn=FFNConfig(activation="gelu"),
-    )
+    return bert.encoder_config(hf, pad_id, attention, "gelu", position_offset=pad_id + 1)
 
 
 def hf_config(cfg: ModelConfig, tokenizer: Tokenizer | None) -> dict:
@@ -177,99 +128,28 @@ def hf_config(cfg: ModelConfig, tokenizer: Tokenizer | None) -> dict:
                 f"the model has attention.window={w}, which a Longformer checkpoint cannot "
                 "express: it needs an even window"
             )
-    if cfg.type_vocab_size < 1:
-        raise PretrainedError(
-            "the model has type_vocab_size=0, which a Longformer checkpoint cannot express: it "
-            "needs type_vocab_size >= 1"
-        )
+    positions = cfg.max_len + cfg.position_offset
     return {
         "architectures": ["LongformerForMaskedLM"],
         "model_type": "longformer",
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.d_ff,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.attn_dropout,
-        "max_position_embeddings": cfg.max_len + cfg.position_offset,
-        "type_vocab_size": cfg.type_vocab_size,
-        "initializer_range": cfg.embedding_std,
-        "layer_norm_eps": cfg.norm_eps,
-        "pad_token_id": cfg.pad_id,
+        **bert.encoder_hf_config(cfg, "Longformer", "gelu", positions),
         "attention_window": list(window) if isinstance(window, tuple) else window,
-        "tie_word_embeddings": cfg.tie_embeddings,
     }
-
-
-def _pair(ours: str, theirs: str) -> list[Param]:
-    """A layer's weight and bias."""
-    return [Param(f"{ours}.weight", f"{theirs}.weight"), Param(f"{ours}.bias", f"{theirs}.bias")]
 
 
 def params(cfg: ModelConfig) -> list[Param]:
     """Every formers parameter of the encoder LM and its LongformerForMaskedLM tensor."""
-    e = f"{PREFIX}embeddings."
-    words = f"{e}word_embeddings.weight"
-    out = [
-        Param("embed.token.weight", words),
-        Param("embed.token_type.weight", f"{e}token_type_embeddings.weight"),
-        Param("embed.position.table.weight", f"{e}position_embeddings.weight"),
-        *_pair("embed.norm", f"{e}LayerNorm"),
-    ]
-    for i in range(cfg.n_layers):
-        ours, theirs = f"layers.{i}.", f"{PREFIX}encoder.layer.{i}."
-        for name, hf in (
-            ("attn.qkv_proj", "attention.self.qkv"),  # fused by `normalise`
-            ("attn.global_qkv_proj", "attention.self.global_qkv"),  # likewise
-            ("attn.out_proj", "attention.output.dense"),
-            ("attn_res.norm", "attention.output.LayerNorm"),
-            ("ffn.up", "intermediate.dense"),
-            ("ffn.down", "output.dense"),
-            ("ffn_res.norm", "output.LayerNorm"),
-        ):
-            out += _pair(ours + name, theirs + hf)
-    return out + [
-        *_pair("head_transform.dense", f"{HEAD}dense"),
-        *_pair("head_transform.norm", f"{HEAD}layer_norm"),
-        Param("lm_head.weight", words if cfg.tie_embeddings else f"{HEAD}decoder.weight"),
-        Param("lm_head.bias", f"{HEAD}bias"),
-    ]
+    return bert.params(cfg, LAYOUT)
 
 
 def normalise(weights: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The checkpoint's tensors under the names `params` spells: each layer's query, key and
-    value (and their global twins) stacked into one (3D, D) matrix; the decoder's copies of
-    the tied matrix and of the bias dropped."""
-    named = {k if k.startswith((PREFIX, HEAD)) else PREFIX + k: v for k, v in weights.items()}
-    decoder_bias = named.pop(f"{HEAD}decoder.bias", None)  # lm_head.bias itself, tied
-    if decoder_bias is not None and f"{HEAD}bias" not in named:
-        named[f"{HEAD}bias"] = decoder_bias
-    if cfg.tie_embeddings:
-        named.pop(f"{HEAD}decoder.weight", None)
-    for i in range(cfg.n_layers):
-        base = f"{PREFIX}encoder.layer.{i}.attention.self."
-        for fused, parts in FUSED.items():
-            for kind in ("weight", "bias"):
-                names = [f"{base}{n}.{kind}" for n in parts]
-                if all(n in named for n in names):  # else the missing one is reported fused
-                    named[f"{base}{fused}.{kind}"] = torch.cat([named.pop(n) for n in names])
-    return named
+    """The checkpoint's tensors under the names `params` spells (bert.normalise)."""
+    return bert.normalise(weights, cfg, LAYOUT)
 
 
 def denormalise(tensors: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]:
-    """The inverse of `normalise` on export: each fused matrix split into its three."""
-    out = dict(tensors)
-    out[f"{HEAD}decoder.bias"] = out[f"{HEAD}bias"].clone()
-    for i in range(cfg.n_layers):
-        base = f"{PREFIX}encoder.layer.{i}.attention.self."
-        for fused, parts in FUSED.items():
-            for kind in ("weight", "bias"):
-                whole = out.pop(f"{base}{fused}.{kind}")
-                for name, part in zip(parts, whole.chunk(3), strict=True):
-                    out[f"{base}{name}.{kind}"] = part.contiguous()
-    return out
+    """The inverse of `normalise` on export (bert.denormalise)."""
+    return bert.denormalise(tensors, cfg, LAYOUT)
 
 
 def without_global_tokens(cfg: ModelConfig) -> ModelConfig:

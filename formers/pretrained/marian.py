@@ -43,13 +43,21 @@ from __future__ import annotations
 import math
 import re
 
-import torch
 from torch import Tensor
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.family import Family, HFConfig, Param, exportable
+from formers.pretrained.family import (
+    BIASED_LAYERS,
+    Family,
+    HFConfig,
+    Param,
+    exportable,
+    fuse,
+    pair,
+    split,
+)
 
 # MarianConfig's defaults, for a config.json that leaves a field out
 DEFAULTS = {
@@ -100,12 +108,7 @@ DIFF = {
     "adaptive_cutoffs": None,
     "encoder_attention": None,
     "encoder_ffn": None,
-    "attention.kind": "vanilla",
-    "attention.bias": True,
-    "attention.layers": "all",
-    "ffn.kind": "dense",
-    "ffn.bias": True,
-    "ffn.layers": "all",
+    **BIASED_LAYERS,
     "ffn.activation": tuple(HF_ACTIVATIONS),
 }
 
@@ -194,10 +197,6 @@ def hf_config(cfg: ModelConfig, tokenizer: Tokenizer | None) -> dict:
     }
 
 
-def _linear(ours: str, theirs: str) -> list[Param]:
-    return [Param(f"{ours}.weight", f"{theirs}.weight"), Param(f"{ours}.bias", f"{theirs}.bias")]
-
-
 def params(cfg: ModelConfig) -> list[Param]:
     """Every formers parameter of the encoder–decoder and its MarianMTModel tensor."""
     shared = f"{PREFIX}shared.weight"
@@ -213,12 +212,12 @@ def params(cfg: ModelConfig) -> list[Param]:
             ours, theirs = f"{stack}.{i}.", f"{PREFIX}{stack}.layers.{i}."
             for attn, hf in zip(("attn", "cross_attn"), attentions, strict=False):
                 res = "attn_res" if attn == "attn" else "cross_res"
-                out += _linear(f"{ours}{attn}.qkv_proj", f"{theirs}{hf}.qkv_proj")  # fused
-                out += _linear(f"{ours}{attn}.out_proj", f"{theirs}{hf}.out_proj")
-                out += _linear(f"{ours}{res}.norm", f"{theirs}{hf}_layer_norm")
-            out += _linear(f"{ours}ffn.up", f"{theirs}fc1")
-            out += _linear(f"{ours}ffn.down", f"{theirs}fc2")
-            out += _linear(f"{ours}ffn_res.norm", f"{theirs}final_layer_norm")
+                out += pair(f"{ours}{attn}.qkv_proj", f"{theirs}{hf}.qkv_proj")  # fused
+                out += pair(f"{ours}{attn}.out_proj", f"{theirs}{hf}.out_proj")
+                out += pair(f"{ours}{res}.norm", f"{theirs}{hf}_layer_norm")
+            out += pair(f"{ours}ffn.up", f"{theirs}fc1")
+            out += pair(f"{ours}ffn.down", f"{theirs}fc2")
+            out += pair(f"{ours}ffn_res.norm", f"{theirs}final_layer_norm")
     return out
 
 
@@ -232,11 +231,7 @@ def normalise(weights: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tensor]
     if "final_logits_bias" in named:
         named["final_logits_bias"] = named["final_logits_bias"].reshape(-1)
     for key in [k for k in named if k.endswith(".q_proj.weight")]:
-        base = key.removesuffix("q_proj.weight")
-        for kind in ("weight", "bias"):
-            parts = [f"{base}{p}.{kind}" for p in QKV]
-            if all(p in named for p in parts):  # else the missing one is reported as qkv
-                named[f"{base}qkv_proj.{kind}"] = torch.cat([named.pop(p) for p in parts])
+        fuse(named, key.removesuffix("q_proj.weight"), "qkv_proj", QKV)
     return named
 
 
@@ -246,11 +241,7 @@ def denormalise(tensors: dict[str, Tensor], cfg: ModelConfig) -> dict[str, Tenso
     out = dict(tensors)
     out["final_logits_bias"] = out["final_logits_bias"].reshape(1, -1).contiguous()
     for key in [k for k in out if k.endswith(".qkv_proj.weight")]:
-        base = key.removesuffix("qkv_proj.weight")
-        for kind in ("weight", "bias"):
-            fused = out.pop(f"{base}qkv_proj.{kind}")
-            for name, part in zip(QKV, fused.chunk(3), strict=True):
-                out[f"{base}{name}.{kind}"] = part.contiguous()
+        split(out, key.removesuffix("qkv_proj.weight"), "qkv_proj", QKV)
     return out
 
 

@@ -1,26 +1,43 @@
-"""Fixtures of the import tests: the tiny random GPT-2 of hf_gpt2.py and BERT of hf_bert.py,
-saved once."""
+"""Fixtures of the import tests: the tiny random model of each family (hf_<family>.py), saved
+once, and the Hugging Face model read from it."""
 
+import importlib
 import shutil
 
 import pytest
-from hf_bert import save_bert
-from hf_gpt2 import save_gpt2
 
 
-@pytest.fixture(scope="session")
-def gpt2_folder(tmp_path_factory):
-    """The tiny random GPT-2's folder, saved once."""
-    folder = tmp_path_factory.mktemp("gpt2")
-    save_gpt2(folder)
+def saved(family: str):
+    """A session fixture: the folder of hf_<family>.py's tiny random model, saved once."""
+
+    @pytest.fixture(scope="session")
+    def folder(tmp_path_factory):
+        save = getattr(importlib.import_module(f"hf_{family}"), f"save_{family}")
+        path = tmp_path_factory.mktemp(family)
+        save(path)
+        return path
+
     return folder
 
 
-@pytest.fixture
-def gpt2(gpt2_folder):
-    """(folder, Hugging Face model read from it), the model this test's own to change."""
-    transformers = pytest.importorskip("transformers")
-    return gpt2_folder, transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
+def loaded(family: str, model_class: str):
+    """A fixture: (folder, the transformers `model_class` read from it), the model the test's
+    own to change."""
+
+    @pytest.fixture
+    def model(request):
+        transformers = pytest.importorskip("transformers")
+        folder = request.getfixturevalue(f"{family}_folder")
+        return folder, getattr(transformers, model_class).from_pretrained(folder).eval()
+
+    return model
+
+
+gpt2_folder, gpt2 = saved("gpt2"), loaded("gpt2", "GPT2LMHeadModel")
+bert_folder, bert = saved("bert"), loaded("bert", "BertForMaskedLM")
+marian_folder, marian = saved("marian"), loaded("marian", "MarianMTModel")
+longformer_folder = saved("longformer")
+longformer = loaded("longformer", "LongformerForMaskedLM")
 
 
 @pytest.fixture
@@ -29,35 +46,3 @@ def gpt2_copy(gpt2_folder, tmp_path):
     folder = tmp_path / "model"
     shutil.copytree(gpt2_folder, folder)
     return folder
-
-
-@pytest.fixture(scope="session")
-def bert_folder(tmp_path_factory):
-    """The tiny random BERT's folder, saved once."""
-    folder = tmp_path_factory.mktemp("bert")
-    save_bert(folder)
-    return folder
-
-
-@pytest.fixture(scope="session")
-def marian_folder(tmp_path_factory):
-    """The tiny random Marian model's folder (hf_marian.py), saved once."""
-    from hf_marian import save_marian
-
-    folder = tmp_path_factory.mktemp("marian")
-    save_marian(folder)
-    return folder
-
-
-@pytest.fixture
-def bert(bert_folder):
-    """(folder, Hugging Face model read from it), the model this test's own to change."""
-    transformers = pytest.importorskip("transformers")
-    return bert_folder, transformers.BertForMaskedLM.from_pretrained(bert_folder).eval()
-
-
-@pytest.fixture
-def marian(marian_folder):
-    """(folder, Hugging Face model read from it), the model this test's own to change."""
-    transformers = pytest.importorskip("transformers")
-    return marian_folder, transformers.MarianMTModel.from_pretrained(marian_folder).eval()

@@ -3,6 +3,7 @@ vocab.txt of its own, for the import tests."""
 
 import pytest
 import torch
+from hf_random import randomise
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
@@ -43,23 +44,13 @@ def train_vocab(folder, lowercase: bool = True) -> None:
     hf.model.save(str(folder))
 
 
-def randomise(model: torch.nn.Module) -> None:
-    """Every parameter away from its initial value (LayerNorm gains around 1, biases not 0), so
-    no part of the mapping is tested against zeros and ones only."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            p.copy_(1 + 0.2 * noise if name.endswith("LayerNorm.weight") else 0.3 * noise)
-
-
 def save_bert(folder, **overrides):
     """A random BertForMaskedLM (BERT settings with `overrides`) saved in `folder` with
     vocab.txt; returns the model in eval mode."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     model = transformers.BertForMaskedLM(transformers.BertConfig(**{**BERT, **overrides}))
-    randomise(model)
+    randomise(model, gains=("LayerNorm.weight",), scale=0.3)
     model.eval().save_pretrained(folder)
     train_vocab(folder)
     return model

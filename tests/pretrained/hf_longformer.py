@@ -3,6 +3,7 @@ RoBERTa byte-level BPE tokenizer of its own (vocab.json + merges.txt), for the i
 
 import pytest
 import torch
+from hf_random import randomise, train_bpe
 
 TEXT = (
     "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
@@ -33,36 +34,6 @@ LONGFORMER = dict(
 )
 
 
-def train_tokenizer_files(folder) -> None:
-    """vocab.json + merges.txt of a byte-level BPE learned on TEXT, the special tokens first."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    hf = Tokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=SPECIALS,
-        show_progress=False,
-    )
-    hf.train_from_iterator([TEXT * 20], trainer=trainer)
-    hf.model.save(str(folder))
-
-
-def randomise(model: torch.nn.Module) -> None:
-    """Every parameter away from its initial value (LayerNorm gains around 1, biases not 0), so
-    no part of the mapping is tested against zeros and ones only. Weights of 0.2 (BERT's test
-    uses 0.3): at 0.3 float32 rounding alone moves both implementations' logits about 9e-6
-    from the float64 ones, too close to the 1e-5 the float32 comparison allows."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            gain = name.endswith(("LayerNorm.weight", "layer_norm.weight"))
-            p.copy_(1 + 0.2 * noise if gain else 0.2 * noise)
-
-
 def save_longformer(folder, **overrides):
     """A random LongformerForMaskedLM (LONGFORMER settings with `overrides`) saved in `folder`
     with the tokenizer files; returns the model in eval mode."""
@@ -70,9 +41,12 @@ def save_longformer(folder, **overrides):
     torch.manual_seed(0)
     config = transformers.LongformerConfig(**{**LONGFORMER, **overrides})
     model = transformers.LongformerForMaskedLM(config)
-    randomise(model)
+    # weights of 0.2 (BERT's test uses 0.3): at 0.3 float32 rounding alone moves both
+    # implementations' logits about 9e-6 from the float64 ones, too close to the 1e-5 the
+    # float32 comparison allows
+    randomise(model, gains=("LayerNorm.weight", "layer_norm.weight"), scale=0.2)
     model.eval().save_pretrained(folder)
-    train_tokenizer_files(folder)
+    train_bpe(folder, TEXT, SPECIALS, VOCAB)
     return model
 
 

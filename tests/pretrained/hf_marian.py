@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from hf_random import randomise
 
 SOURCE = [
     "Ein Mann fährt Fahrrad auf der Straße.",
@@ -76,18 +77,13 @@ def write_tokenizer_files(folder) -> dict[str, int]:
     return vocab
 
 
-def randomise(model: torch.nn.Module) -> None:
-    """Every parameter away from its initial value (LayerNorm gains around 1, biases and the
-    final-logits bias not 0), so no part of the mapping is tested against zeros and ones."""
-    gen = torch.Generator().manual_seed(1)
+def randomise_marian(model: torch.nn.Module) -> None:
+    """Every parameter away from its initial value (hf_random.randomise), the final-logits
+    bias too; the fixed sinusoids, which are not saved, kept."""
+    # small weights: a random model with larger ones repeats one token whatever the search,
+    # and beam search would find nothing greedy search does not
+    gen = randomise(model, gains=("layer_norm.weight",), scale=0.1, skip="embed_positions")
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "embed_positions" in name:  # fixed sinusoids, not saved
-                continue
-            noise = torch.randn(p.shape, generator=gen, dtype=p.dtype)
-            # small weights: a random model with larger ones repeats one token whatever the
-            # search, and beam search would find nothing greedy search does not
-            p.copy_(1 + 0.2 * noise if "layer_norm.weight" in name else 0.1 * noise)
         bias = model.final_logits_bias
         bias.copy_(0.5 * torch.randn(bias.shape, generator=gen))
         bias[0, 0] += 1.0  # </s> likely enough that some hypotheses end before the limit
@@ -102,7 +98,7 @@ def save_marian(folder, **overrides):
     settings = {"pad_token_id": pad, "decoder_start_token_id": pad, **MARIAN, **overrides}
     torch.manual_seed(0)
     model = transformers.MarianMTModel(transformers.MarianConfig(vocab_size=len(vocab), **settings))
-    randomise(model)
+    randomise_marian(model)
     model.eval().save_pretrained(folder)
     return model
 

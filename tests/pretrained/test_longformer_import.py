@@ -16,7 +16,6 @@ from hf_longformer import (
     VOCAB,
     first_token_global,
     float64_softmax,
-    save_longformer,
 )
 
 import formers
@@ -35,21 +34,6 @@ transformers = pytest.importorskip("transformers")
 
 TOLERANCES = [(torch.float32, 1e-5), (torch.float64, 1e-10)]
 LENGTH = 40  # past both windows (4 and 8), and not a multiple of them
-
-
-@pytest.fixture(scope="module")
-def longformer_folder(tmp_path_factory):
-    """The tiny random Longformer's folder, saved once."""
-    folder = tmp_path_factory.mktemp("longformer")
-    save_longformer(folder)
-    return folder
-
-
-@pytest.fixture
-def longformer(longformer_folder):
-    """(folder, Hugging Face model read from it), the model this test's own to change."""
-    model = transformers.LongformerForMaskedLM.from_pretrained(longformer_folder)
-    return longformer_folder, model.eval()
 
 
 def real_tokens(batch: int, length: int) -> torch.Tensor:
