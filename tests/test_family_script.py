@@ -69,6 +69,9 @@ def test_ctrl_c_stops_the_whole_sequence(tmp_path):
         ["bash", str(SCRIPT), "xl-recurrence", "linformer-k"],
         env=env,
         start_new_session=True,
+        # as from a terminal: a test run in the background inherits SIGINT ignored, and bash
+        # cannot trap a signal ignored on entry
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
