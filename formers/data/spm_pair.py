@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from formers.data.errors import DataError
-from formers.data.tokenizers import Tokenizer
+from formers.data.tokenizer_base import Tokenizer
 
 SPIECE_UNDERLINE = "\u2581"
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"

@@ -6,7 +6,6 @@ Each tokenizer serialises to a plain JSON-able dict (`to_dict`) and is rebuilt w
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar
@@ -16,49 +15,8 @@ import torch
 
 from formers.data.errors import DataError
 from formers.data.joint_bpe import DEFAULT_JOINT_BPE_VOCAB, SPECIAL_TOKENS, train_joint_bpe
-
-Ids = Sequence[int] | torch.Tensor | np.ndarray
-
-
-def _as_list(ids: Ids) -> list[int]:
-    return ids.tolist() if hasattr(ids, "tolist") else list(ids)
-
-
-class Tokenizer(ABC):
-    """Maps text to token ids and back; `unit` is a key of `TOKENIZERS`."""
-
-    unit: ClassVar[str]
-
-    @property
-    @abstractmethod
-    def vocab_size(self) -> int: ...
-
-    @abstractmethod
-    def encode(self, text: str) -> list[int]: ...
-
-    @abstractmethod
-    def decode(self, ids: Ids) -> str: ...
-
-    @abstractmethod
-    def to_dict(self) -> dict[str, Any]: ...
-
-    @classmethod
-    @abstractmethod
-    def from_dict(cls, d: dict[str, Any]) -> Tokenizer: ...
-
-    def encode_tensor(self, text: str) -> torch.Tensor:
-        """`encode` as a 1-D int64 tensor; subclasses override it with a vectorised path."""
-        return torch.tensor(self.encode(text), dtype=torch.int64)
-
-    def encode_prompt(self, text: str) -> list[int]:
-        """`text` as the start of a text to continue (no end-of-line mark it does not have)."""
-        return self.encode(text)
-
-    unknown_token: ClassVar[str] = "<unk>"
-
-    def unknown_words(self, text: str) -> list[str]:
-        """The parts of `text` this vocabulary does not have (read as `unknown_token`)."""
-        return []
+from formers.data.spm_pair import SentencePiecePairTokenizer
+from formers.data.tokenizer_base import Ids, Tokenizer, _as_list
 
 
 class ByteTokenizer(Tokenizer):
@@ -404,10 +362,7 @@ PRETRAINED_TOKENIZER = "pretrained"
 
 def tokenizer_from_dict(d: dict[str, Any]) -> Tokenizer:
     """Rebuild a tokenizer saved with `to_dict`."""
-    # a tokenizer that comes only with imported models (a subclass of Tokenizer, so imported
-    # here): never trained, so not among TOKENIZERS
-    from formers.data.spm_pair import SentencePiecePairTokenizer
-
+    # a tokenizer that comes only with imported models: never trained, so not among TOKENIZERS
     units = {**TOKENIZERS, SentencePiecePairTokenizer.unit: SentencePiecePairTokenizer}
     unit = d.get("unit")
     if unit not in units:
