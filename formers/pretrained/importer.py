@@ -23,7 +23,7 @@ from formers.pretrained.family import HFConfig
 from formers.pretrained.folder import read_config, read_weights
 from formers.pretrained.registry import family_for
 from formers.pretrained.source import locate
-from formers.pretrained.tokenizer import read_tokenizer
+from formers.pretrained.tokenizer import TOKENIZER_FILE, read_tokenizer
 from formers.run import LoadedRun
 from formers.train.checkpoint import TrainState, latest_checkpoint, save_checkpoint
 from formers.train.config import RunConfig, TrainConfig
@@ -54,8 +54,10 @@ def from_pretrained(
     model = build(cfg)
     _check_shapes(model, weights, folder)
     model.load_state_dict(weights)
-    tokenizer = read_tokenizer(folder, family.special_tokens)
-    _check_vocabulary(tokenizer, cfg, folder)
+    tokenizer = None
+    if family.needs_tokenizer or (folder / TOKENIZER_FILE).is_file():
+        tokenizer = read_tokenizer(folder, family.special_tokens)
+        _check_vocabulary(tokenizer, cfg, folder)
     run_cfg = RunConfig(preset="vanilla", model=cfg, train=_train_config(cfg, corpus))
     return LoadedRun(folder, run_cfg, model.to(device).eval(), tokenizer, step=0)
 
@@ -79,7 +81,9 @@ def import_pretrained(source: str | Path, run_dir: str | Path, corpus: str | Non
         run_dir.mkdir(parents=True, exist_ok=True)
         config = run.config.to_dict()
         write_text_atomically(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-        write_text_atomically(run_dir / "tokenizer.json", json.dumps(run.tokenizer.to_dict()))
+        if run.tokenizer is not None:
+            tokenizer = json.dumps(run.tokenizer.to_dict())
+            write_text_atomically(run_dir / "tokenizer.json", tokenizer)
         return save_checkpoint(
             run_dir, model=run.model, optimizer=None, config=config, state=TrainState(step=0)
         )
