@@ -76,6 +76,11 @@ def import_pretrained(source: str | Path, run_dir: str | Path, corpus: str | Non
     if run_dir.exists() and not run_dir.is_dir():
         raise PretrainedError(f"{run_dir} is a file: import into a new or empty folder")
     run = from_pretrained(source, corpus=corpus)
+    if run.tokenizer is None:  # a run folder is read with its tokenizer.json
+        raise PretrainedError(
+            f"{run.run_dir} has no tokenizer formers can read (a pickled vocab.pkl is never "
+            "read): add a tokenizer.json of the model's vocabulary to it to import it as a run"
+        )
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -2,10 +2,13 @@
 TransfoXL) equals transformers' own model: log-probabilities of the adaptive softmax over two
 segments with the memory carried, with div_val 2 and 1, clamp_len and same_length."""
 
+import json
+
 import pytest
 import torch
 
 import formers
+from formers.cli import main
 
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "TransfoXLLMHeadModel"):
@@ -70,3 +73,47 @@ def test_log_probs_equal_transformers_over_two_segments(
             hf_mems, memory = want.mems, got.memory
             assert want.prediction_scores.std() > 0.5  # spread where a mapping error shows
             torch.testing.assert_close(got.logits, want.prediction_scores, atol=tol, rtol=0)
+
+
+def refused(source, run_dir, capsys) -> str:
+    """The one error line of `formers import SOURCE --run-dir RUN_DIR`, which wrote nothing."""
+    assert main(["import", str(source), "--run-dir", str(run_dir)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert not run_dir.exists()
+    return lines[0]
+
+
+def test_import_as_a_run_needs_a_readable_tokenizer(tmp_path, capsys):
+    save_transfo_xl(tmp_path / "model", 2, True, 32)
+    message = refused(tmp_path / "model", tmp_path / "run", capsys)
+    assert "vocab.pkl is never read" in message and "add a tokenizer.json" in message
+
+
+def test_a_pre_norm_checkpoint_is_refused_naming_pre_lnorm(tmp_path, capsys):
+    save_transfo_xl(tmp_path / "model", 2, True, 32)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**config, "pre_lnorm": True}))
+    assert "sets pre_lnorm=True, which formers cannot honour" in refused(
+        tmp_path / "model", tmp_path / "run", capsys
+    )
+
+
+def test_with_a_tokenizer_json_it_imports_as_a_run_with_equal_log_probs(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    hf = save_transfo_xl(tmp_path / "model", 2, True, 32)
+    words = {f"w{i}": i for i in range(VOCAB)}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(tmp_path / "model" / "tokenizer.json"))
+    assert main(["import", str(tmp_path / "model"), "--run-dir", str(tmp_path / "run")]) == 0
+    run = formers.load_run(tmp_path / "run")
+    ids = run.tokenizer.encode("w3 w59 w21 w40 w7")
+    assert ids == [3, 59, 21, 40, 7]
+    tokens = torch.tensor([ids])
+    memory = [torch.zeros(1, MEM, 32)] * 2
+    with torch.no_grad():
+        want = hf(tokens).prediction_scores
+        got = run.model(tokens, memory=memory).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
