@@ -19,10 +19,10 @@ The model is the `xl` attention with these settings:
 
 Weights: with div_val = 1 Hugging Face keeps one (V, d_embed) table and one output matrix,
 split here at the cutoffs, each cluster with the one projection (the identity where d_embed
-= d_model and there is none). The head scores tail cluster c at its column −c (cluster_weight
-reversed); formers' head in cluster order. Tensors tied to the embedding (out_layers, out_projs
-under tie_projs) and the shared r-biases may be missing from a safetensors save: read from the
-tensor they are tied to.
+= d_model and there is none). The head's cluster rows (cluster_weight, cluster_bias) follow
+its V_0 token rows in cluster order, as transformers' forward reads them. Tensors tied to the
+embedding (out_layers, out_projs under tie_projs) and the shared r-biases may be missing from a
+safetensors save: read from the tensor they are tied to.
 
 Refused: d_head · n_head != d_model, attn_type != 0, sample_softmax > 0, pre_lnorm, no cutoffs.
 Tokenizer: the word-level vocab.pkl is a pickle and is never read: the model comes without a
