@@ -211,6 +211,12 @@ class ModelConfig:
             2017, `torch.nn.AdaptiveLogSoftmaxWithLoss`), e.g. (20000, 40000, 200000) for
             WikiText-103; None: a plain softmax. Needs tie_embeddings=False.
         adaptive_div_value: each adaptive-softmax cluster is this much narrower than the last.
+        adaptive_d_embed: with adaptive_cutoffs, the projected adaptive softmax of Dai et al.'s
+            reference code: the head too projects D to this width, and every cluster scores
+            with a bias; None: `torch.nn.AdaptiveLogSoftmaxWithLoss`. Also the first width of
+            the adaptive input (None there: d_model).
+        adaptive_input: adaptive input embeddings (Baevski & Auli 2019) with the same cutoffs
+            and div value: one table per cluster, each projected to d_model.
     """
 
     arch: Arch = "decoder"
@@ -245,6 +251,8 @@ class ModelConfig:
     encoder_ffn: FFNConfig | None = None
     adaptive_cutoffs: tuple[int, ...] | None = None
     adaptive_div_value: float = 4.0
+    adaptive_d_embed: int | None = None
+    adaptive_input: bool = False
     # Fields of earlier versions, each with what replaces it (saved configs are translated).
     removed_fields: ClassVar[dict[str, str]] = {
         "scale_embeddings": "embeddings are multiplied by embed_scale (1 / their initial standard "
@@ -263,6 +271,11 @@ class ModelConfig:
         self._check_layers()
         if self.adaptive_cutoffs is not None:
             self._validate_adaptive()
+        elif self.adaptive_input or self.adaptive_d_embed is not None:
+            raise ConfigError(
+                "adaptive_input and adaptive_d_embed shape the clusters of adaptive_cutoffs, "
+                "and it is not set: set adaptive_cutoffs, or leave them at False / None"
+            )
 
     def _check_finite(self) -> None:
         """No NaN or infinity in any float field, the per-axis configs' included."""
@@ -375,6 +388,13 @@ class ModelConfig:
             )
         if self.adaptive_div_value <= 0:
             raise ConfigError(f"adaptive_div_value={self.adaptive_div_value} must be positive")
+        width = self.adaptive_d_embed or self.d_model
+        if width < 1 or width // self.adaptive_div_value ** len(cutoffs) < 1:
+            raise ConfigError(
+                f"adaptive_d_embed={width} leaves the last adaptive cluster no width after "
+                f"{len(cutoffs)} divisions by {self.adaptive_div_value}: raise adaptive_d_embed "
+                "or lower adaptive_div_value"
+            )
 
     @property
     def stacks(self) -> tuple[Stack, ...]:

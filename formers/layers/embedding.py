@@ -55,6 +55,23 @@ def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
         )
 
 
+def token_table(cfg: ModelConfig, vocab_size: int) -> nn.Module:
+    """The token embedding `cfg` asks for: one (V, D) table, or adaptive (`adaptive_input`)."""
+    if not cfg.adaptive_input:
+        return TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
+    from formers.layers.adaptive import AdaptiveEmbedding  # it reads check_tokens from here
+
+    d_embed = cfg.adaptive_d_embed or cfg.d_model
+    return AdaptiveEmbedding(
+        vocab_size,
+        cfg.d_model,
+        cfg.adaptive_cutoffs,
+        cfg.adaptive_div_value,
+        d_embed,
+        cfg.embedding_std,
+    )
+
+
 class InputEmbedding(nn.Module):
     """Dropout(Norm(E[token] · s + T[type] + PE[position])), Vaswani §3.4 and §5.4, with s =
     `ModelConfig.embedding_scale`: by default 1 / the table's initial standard deviation, so the
@@ -66,7 +83,7 @@ class InputEmbedding(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, token: TokenEmbedding | None = None):
         super().__init__()
         if token is None:
-            token = TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
+            token = token_table(cfg, vocab_size)
         self.token = token
         self.token_type = None
         if cfg.type_vocab_size:

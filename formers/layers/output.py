@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.layers.adaptive import ProjectedAdaptiveSoftmax
 from formers.layers.feedforward import ACTIVATION
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
@@ -127,6 +128,14 @@ class AdaptiveSoftmax(nn.Module):
 
 def output_layer(cfg: ModelConfig, embedding: nn.Embedding) -> nn.Module:
     """The layer from hidden states to scores over the (target) vocabulary that `cfg` asks for."""
+    if cfg.adaptive_cutoffs and cfg.adaptive_d_embed:
+        return ProjectedAdaptiveSoftmax(
+            cfg.d_model,
+            cfg.target_vocab_size,
+            cfg.adaptive_cutoffs,
+            cfg.adaptive_div_value,
+            cfg.adaptive_d_embed,
+        )
     if cfg.adaptive_cutoffs:
         return AdaptiveSoftmax(
             cfg.d_model, cfg.target_vocab_size, cfg.adaptive_cutoffs, cfg.adaptive_div_value

@@ -119,6 +119,9 @@ class Family:
             spells, formers config) -> the checkpoint's tensors (a family whose q, k and v are
             separate splits the fused one).
         arch: the formers `arch` its models are; export asks only these families.
+        needs_tokenizer: False where the family's own tokenizer files cannot be read (a
+            pickled vocabulary): the model then imports without one unless the folder has a
+            tokenizer.json.
     """
 
     name: str
@@ -137,6 +140,7 @@ class Family:
         default=lambda tensors, cfg: tensors
     )
     arch: str = "decoder"
+    needs_tokenizer: bool = True
 
     def state_dict(self, weights: dict[str, Tensor], cfg: ModelConfig, source: str) -> dict:
         """The formers state dict of a checkpoint's tensors; a missing or unexpected tensor is

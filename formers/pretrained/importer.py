@@ -23,7 +23,7 @@ from formers.pretrained.family import HFConfig
 from formers.pretrained.folder import read_config, read_weights
 from formers.pretrained.registry import family_for
 from formers.pretrained.source import locate
-from formers.pretrained.tokenizer import read_tokenizer
+from formers.pretrained.tokenizer import TOKENIZER_FILE, read_tokenizer
 from formers.run import LoadedRun
 from formers.train.checkpoint import TrainState, latest_checkpoint, save_checkpoint
 from formers.train.config import RunConfig, TrainConfig
@@ -54,8 +54,10 @@ def from_pretrained(
     model = build(cfg)
     _check_shapes(model, weights, folder)
     model.load_state_dict(weights)
-    tokenizer = read_tokenizer(folder, family.special_tokens)
-    _check_vocabulary(tokenizer, cfg, folder)
+    tokenizer = None
+    if family.needs_tokenizer or (folder / TOKENIZER_FILE).is_file():
+        tokenizer = read_tokenizer(folder, family.special_tokens)
+        _check_vocabulary(tokenizer, cfg, folder)
     run_cfg = RunConfig(preset="vanilla", model=cfg, train=_train_config(cfg, corpus))
     return LoadedRun(folder, run_cfg, model.to(device).eval(), tokenizer, step=0)
 
@@ -74,12 +76,19 @@ def import_pretrained(source: str | Path, run_dir: str | Path, corpus: str | Non
     if run_dir.exists() and not run_dir.is_dir():
         raise PretrainedError(f"{run_dir} is a file: import into a new or empty folder")
     run = from_pretrained(source, corpus=corpus)
+    if run.tokenizer is None:  # a run folder is read with its tokenizer.json
+        raise PretrainedError(
+            f"{run.run_dir} has no tokenizer formers can read (a pickled vocab.pkl is never "
+            "read): add a tokenizer.json of the model's vocabulary to it to import it as a run"
+        )
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         config = run.config.to_dict()
         write_text_atomically(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-        write_text_atomically(run_dir / "tokenizer.json", json.dumps(run.tokenizer.to_dict()))
+        if run.tokenizer is not None:
+            tokenizer = json.dumps(run.tokenizer.to_dict())
+            write_text_atomically(run_dir / "tokenizer.json", tokenizer)
         return save_checkpoint(
             run_dir, model=run.model, optimizer=None, config=config, state=TrainState(step=0)
         )

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from formers.pretrained import bert, gpt2, longformer, marian
+from formers.pretrained import bert, gpt2, longformer, marian, transfo_xl
 from formers.pretrained.errors import PretrainedError
 from formers.pretrained.family import Family
 
 FAMILIES: dict[str, Family] = {
     architecture: family
-    for family in (gpt2.FAMILY, bert.FAMILY, longformer.FAMILY, marian.FAMILY)
+    for family in (gpt2.FAMILY, bert.FAMILY, longformer.FAMILY, marian.FAMILY, transfo_xl.FAMILY)
     for architecture in family.architectures
 }
 

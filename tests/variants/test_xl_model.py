@@ -94,6 +94,20 @@ def test_same_length_segments_equal_one_same_length_pass(mem_len):
     )
 
 
+@pytest.mark.parametrize("mem_len", [3, 5])
+def test_same_length_inclusive_shows_each_query_mem_len_keys_itself_included(mem_len):
+    options = {"attention.same_length": True, "attention.same_length_inclusive": True}
+    model = xl(mem_len=mem_len, **options)
+    tokens = random_tokens(2, 15, V)
+    logits, _ = run_segments(model, tokens, [5, 5, 5])
+    allowed = xl_mask(15, 0).allowed.clone()
+    for i in range(15):
+        allowed[i, : max(0, i - mem_len + 1)] = False
+    torch.testing.assert_close(
+        logits, one_pass_with_mask(model, tokens, allowed), atol=1e-5, rtol=1e-5
+    )
+
+
 def test_clamp_len_caps_distances_in_the_model():
     tokens = random_tokens(2, 12, V)
     model = xl(mem_len=12)

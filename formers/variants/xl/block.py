@@ -101,7 +101,10 @@ class XLBlock(Block):
         state = state if state is not None else self.new_state()
         memory = state.attn
         past = memory.past(x)  # (B, M, D)
-        window = self.attn.options.mem_len if self.attn.options.same_length else None
+        options = self.attn.options
+        window = None
+        if options.same_length:
+            window = options.mem_len - 1 if options.same_length_inclusive else options.mem_len
         allowed = xl_mask(x.shape[1], past.shape[1], window, x.device)
 
         def attend(h: Tensor) -> Tensor:

@@ -20,6 +20,9 @@ class XLConfig(AttentionConfig):
         clamp_len: cap relative distances at this value, so a long evaluation memory reuses the
             farthest trained distance (None or -1: no cap).
         untie_rel_bias: give every layer its own u and v instead of one pair for all layers.
+        same_length_inclusive: with same_length, count the query itself among its mem_len keys
+            (the PyTorch reference code's and Hugging Face's mask, one key fewer than the
+            TensorFlow code's).
     """
 
     kind: str = "xl"
@@ -28,9 +31,15 @@ class XLConfig(AttentionConfig):
     same_length: bool = False
     clamp_len: int | None = None
     untie_rel_bias: bool = False
+    same_length_inclusive: bool = False
 
     # the reference scripts evaluate with other lengths than they train with; none is a weight
-    runtime_fields: ClassVar[tuple[str, ...]] = ("mem_len", "same_length", "clamp_len")
+    runtime_fields: ClassVar[tuple[str, ...]] = (
+        "mem_len",
+        "same_length",
+        "clamp_len",
+        "same_length_inclusive",
+    )
 
     @property
     def max_distance(self) -> int | None:
