@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.layers.embedding import check_tokens
+from formers.layers.tokens import check_tokens
 
 
 def cluster_bounds(vocab_size: int, cutoffs: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -5,13 +5,14 @@ Shapes: B batch, T length, D model width, V vocabulary.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
+from formers.layers.adaptive import AdaptiveEmbedding
 from formers.layers.position import build_position
+from formers.layers.tokens import check_tokens
 
 
 class TokenEmbedding(nn.Embedding):
@@ -34,32 +35,10 @@ class TokenEmbedding(nn.Embedding):
         return super().forward(tokens)
 
 
-def check_tokens(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
-    """Raise InputError unless `tokens` is a (B, T) integer tensor of ids in [0, vocab_size)."""
-    if not isinstance(tokens, Tensor) or tokens.dtype.is_floating_point or tokens.is_complex():
-        kind = tokens.dtype if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise InputError(f"{name} must be an integer tensor of token ids, got {kind}")
-    if tokens.dim() != 2:
-        raise InputError(
-            f"{name} must have shape (batch, seq), got {tuple(tokens.shape)}: "
-            "add a batch dimension with tokens[None] for a single sequence"
-        )
-    if tokens.numel() == 0 or torch.compiler.is_compiling():
-        return
-    low, high = int(tokens.min()), int(tokens.max())
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
-        raise InputError(
-            f"{name} contain id {bad}, outside the vocabulary [0, {vocab_size}): "
-            f"encode with the tokenizer the model was built for, or set vocab_size > {high}"
-        )
-
-
 def token_table(cfg: ModelConfig, vocab_size: int) -> nn.Module:
     """The token embedding `cfg` asks for: one (V, D) table, or adaptive (`adaptive_input`)."""
     if not cfg.adaptive_input:
         return TokenEmbedding(vocab_size, cfg.d_model, cfg.embedding_std)
-    from formers.layers.adaptive import AdaptiveEmbedding  # it reads check_tokens from here
 
     d_embed = cfg.adaptive_d_embed or cfg.d_model
     return AdaptiveEmbedding(
