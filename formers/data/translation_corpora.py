@@ -74,8 +74,8 @@ def read_parallel_corpus(name: str, data_dir: str | Path | None = None) -> Paral
     if "," in name:
         return read_parallel_paths(name)
     raise DataError(
-        f"unknown parallel corpus {name!r}; choose one of {', '.join(PARALLEL_CORPORA)}, or "
-        "give two aligned files as SRC_FILE,TGT_FILE."
+        f"unknown parallel corpus {name!r}: set train.corpus to one of "
+        f"{', '.join(PARALLEL_CORPORA)}, or to two aligned files as SRC_FILE,TGT_FILE."
     )
 
 

@@ -63,3 +63,4 @@ def test_registry_names_both_directions() -> None:
 def test_unknown_parallel_corpus() -> None:
     msg = error_of(read_parallel_corpus, "multi30k")
     assert "unknown parallel corpus 'multi30k'" in msg and "multi30k-de-en" in msg
+    assert "train.corpus" in msg  # the field to set, as a flag or in Python
