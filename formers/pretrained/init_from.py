@@ -4,9 +4,10 @@ a formers run folder, or a pretrained checkpoint (a Hugging Face folder or hub i
 
 The new run keeps what the weights decide: the model config (overrides may change only what
 leaves every parameter's shape alone, such as dropout) and the tokenizer, which encodes the new
-corpus as it is (`train.tokenizer = "pretrained"`). The optimizer, the schedule and the step
-count start fresh. A change the weights cannot take (a longer max_len, another vocabulary) is
-refused in one line naming the field.
+corpus as it is (`train.tokenizer = "pretrained"`): a text for a language model, sentence pairs
+for a translation model. The optimizer, the schedule and the step count start fresh. A change
+the weights cannot take (a longer max_len, another vocabulary) is refused in one line naming
+the field.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from torch import Tensor
 from formers.config import ModelConfig
 from formers.data.corpora import Corpus, load_corpus
 from formers.data.tokenizers import PRETRAINED_TOKENIZER, Tokenizer
+from formers.data.translation_corpora import (
+    TranslationCorpus,
+    read_parallel_corpus,
+    tokenize_translation_corpus,
+)
 from formers.errors import ConfigError, FormersError
 from formers.models import build
 from formers.overrides import apply_overrides
@@ -37,7 +43,7 @@ class Start:
     its data, encoded by the weights' tokenizer, and the weights."""
 
     config: RunConfig
-    data: Corpus
+    data: Corpus | TranslationCorpus
     weights: dict[str, Tensor]
 
 
@@ -46,11 +52,6 @@ def start_from(source: str, overrides: dict[str, Any]) -> Start:
     from formers.train.tasks import task_for
 
     origin = _origin(source)
-    if origin.config.model.arch == "encoder_decoder":
-        raise FormersError(
-            f"{source} holds a translation model, which a run cannot start from yet: give a "
-            "language model"
-        )
     model_overrides, train_overrides = split_overrides(overrides)
     if train_overrides.get("tokenizer", PRETRAINED_TOKENIZER) != PRETRAINED_TOKENIZER:
         raise ConfigError(
@@ -68,9 +69,13 @@ def start_from(source: str, overrides: dict[str, Any]) -> Start:
     return Start(cfg, data, weights)
 
 
-def pretrained_corpus(cfg: RunConfig, tokenizer: Tokenizer) -> Corpus:
-    """The run's corpus encoded with `tokenizer`, the weights' own."""
+def pretrained_corpus(cfg: RunConfig, tokenizer: Tokenizer) -> Corpus | TranslationCorpus:
+    """The run's corpus encoded with `tokenizer`, the weights' own: sentence pairs for a
+    translation model, a text for a language model."""
     tc = cfg.train
+    if cfg.model.arch == "encoder_decoder":
+        raw = read_parallel_corpus(tc.corpus, tc.data_dir)
+        return tokenize_translation_corpus(tc.corpus, raw, tokenizer)
     return load_corpus(tc.corpus, tc.data_dir, tokenizer, tc.tokenizer_vocab)
 
 

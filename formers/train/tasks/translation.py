@@ -2,7 +2,9 @@
 
 Data: a joint BPE learned on the train split's two sides (`load_translation_corpus`), one
 vocabulary for source and target, so the source embedding, the target embedding and the
-pre-softmax projection share one matrix (Vaswani §3.4). Batches hold as many sentence pairs as
+pre-softmax projection share one matrix (Vaswani §3.4); a run started from weights
+(`formers train --init-from`) reads the corpus with their tokenizer instead (a Marian model's
+SentencePiece pair, with its one vocabulary). Batches hold as many sentence pairs as
 `train.max_tokens` allows per side, padding included, sorted into length buckets (§5.1).
 
 Loss: label-smoothed cross-entropy (§5.4, ε = `train.label_smoothing`) of the target + end
