@@ -101,6 +101,17 @@ def test_a_pre_norm_checkpoint_is_refused_naming_pre_lnorm(tmp_path, capsys):
     )
 
 
+def test_without_cutoffs_a_projected_table_is_refused_naming_div_val(tmp_path, capsys):
+    config = transformers.TransfoXLConfig(
+        vocab_size=VOCAB, cutoffs=[], d_model=32, d_embed=32, n_head=4, d_head=8, d_inner=64,
+        n_layer=1, div_val=2,
+    )  # fmt: skip
+    transformers.TransfoXLLMHeadModel(config).save_pretrained(tmp_path / "model")
+    assert "sets div_val=2, which formers cannot honour" in refused(
+        tmp_path / "model", tmp_path / "run", capsys
+    )
+
+
 def test_with_a_tokenizer_json_it_imports_as_a_run_with_equal_log_probs(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
@@ -131,7 +142,8 @@ def imported_run(tmp_path, div_val, untie_r, d_embed):
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     hf = save_transfo_xl(tmp_path / "model", div_val, untie_r, d_embed)
-    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    words = {"<eos>": 0, **{f"w{i}": i for i in range(1, VOCAB)}}
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.save(str(tmp_path / "model" / "tokenizer.json"))
     assert main(["import", str(tmp_path / "model"), "--run-dir", str(tmp_path / "run")]) == 0
@@ -184,6 +196,9 @@ def test_import_export_import_gives_the_same_model(tmp_path, div_val, untie_r, d
     first, again = formers.load_run(run_dir), formers.from_pretrained(tmp_path / "out")
     assert again.config.model == first.config.model
     assert again.tokenizer.encode("w3 w59 w21") == [3, 59, 21]
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "out/tokenizer.json"))
+    assert fast.encode("w3 w59 <eos> w21") == [3, 59, 0, 21]
+    assert json.loads((tmp_path / "out/config.json").read_text())["eos_token_id"] == 0
     state = first.model.state_dict()
     assert again.model.state_dict().keys() == state.keys()
     for name, tensor in again.model.state_dict().items():
