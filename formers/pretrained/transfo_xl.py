@@ -57,7 +57,7 @@ from torch import Tensor
 from formers.config import FFNConfig, ModelConfig
 from formers.data.tokenizers import Tokenizer
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.family import Family, HFConfig, Param, exportable
+from formers.pretrained.family import Family, HFConfig, Param, exportable, pair
 from formers.variants.xl import XLConfig
 
 # TransfoXLConfig's defaults, for a config.json that leaves a field out
@@ -175,9 +175,8 @@ def params(cfg: ModelConfig) -> list[Param]:
             ("ffn.down", "pos_ff.CoreNet.3", True),
             ("ffn_res.norm", "pos_ff.layer_norm", True),
         ):
-            out.append(Param(f"{ours}{name}.weight", f"{theirs}{hf}.weight"))
-            if bias:
-                out.append(Param(f"{ours}{name}.bias", f"{theirs}{hf}.bias"))
+            pairs = pair(f"{ours}{name}", f"{theirs}{hf}")
+            out += pairs if bias else pairs[:1]
     return out
 
 
@@ -214,11 +213,8 @@ def output_params(cfg: ModelConfig) -> list[Param]:
         return out
     out = []
     for c in range(len(cfg.adaptive_cutoffs) + 1):
-        out += [
-            Param(f"lm_head.projs.{c}.weight", f"crit.out_projs.{c}", transpose=True),
-            Param(f"lm_head.outs.{c}.weight", f"crit.out_layers.{c}.weight"),
-            Param(f"lm_head.outs.{c}.bias", f"crit.out_layers.{c}.bias"),
-        ]
+        out.append(Param(f"lm_head.projs.{c}.weight", f"crit.out_projs.{c}", transpose=True))
+        out += pair(f"lm_head.outs.{c}", f"crit.out_layers.{c}")
     return out
 
 
