@@ -58,9 +58,10 @@ def _tokenizer_files(tokenizer: Any) -> dict[str, bytes]:
 
 def family_of(cfg: ModelConfig) -> Family:
     """The first family of `cfg.arch` that can express `cfg`; else the reason the first one
-    gives."""
+    gives, a family of the model's attention kind first."""
     families = {f.name: f for f in FAMILIES.values() if f.hf_config is not None}.values()
     same_arch = [f for f in families if f.arch == cfg.arch]
+    same_arch.sort(key=lambda f: f.attention != cfg.attention.kind)  # stable: else in order
     if not same_arch:
         archs = ", ".join(sorted({f"{f.arch} ({f.name})" for f in families}))
         raise PretrainedError(

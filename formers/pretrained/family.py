@@ -122,6 +122,8 @@ class Family:
         needs_tokenizer: False where the family's own tokenizer files cannot be read (a
             pickled vocabulary): the model then imports without one unless the folder has a
             tokenizer.json.
+        attention: the attention kind (`attention.kind`) of its models: a model no family
+            can express hears the reason of a family of its own kind first.
     """
 
     name: str
@@ -141,6 +143,7 @@ class Family:
     )
     arch: str = "decoder"
     needs_tokenizer: bool = True
+    attention: str = "vanilla"
 
     def state_dict(self, weights: dict[str, Tensor], cfg: ModelConfig, source: str) -> dict:
         """The formers state dict of a checkpoint's tensors; a missing or unexpected tensor is

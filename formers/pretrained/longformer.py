@@ -172,4 +172,5 @@ FAMILY = Family(
     normalise=normalise,
     denormalise=denormalise,
     arch="encoder",
+    attention="longformer",
 )

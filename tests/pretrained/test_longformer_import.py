@@ -25,7 +25,7 @@ from formers.data.masking import MaskedVocab
 from formers.models import build
 from formers.pretrained import import_pretrained
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.exporter import export_hf
+from formers.pretrained.exporter import export_hf, family_of
 from formers.pretrained.longformer import FAMILY, without_global_tokens
 from formers.run import load_run
 from formers.train.tasks.masked_lm import _stack, eval_windows
@@ -193,6 +193,8 @@ def test_export_refuses_a_window_transformers_cannot_hold(longformer_folder, tmp
     cfg = dataclasses.replace(run.config.model, attention=odd)
     with pytest.raises(PretrainedError, match="attention.window=7, which a Longformer checkpoint"):
         FAMILY.hf_config(cfg, None)
+    with pytest.raises(PretrainedError, match="attention.window=7"):  # not BERT's reason
+        family_of(cfg)
     unshifted = dataclasses.replace(run.config.model, position_offset=0)
     with pytest.raises(PretrainedError, match="it needs position_offset = pad_id \\+ 1"):
         FAMILY.hf_config(unshifted, None)
