@@ -155,7 +155,7 @@ class EndTokenLogit:
         self.calls = 0
 
     def __call__(self, module: nn.Module, inputs: Any, logits: Tensor) -> Tensor:
-        last = self.steps is not None and self.calls % self.steps == self.steps - 1
+        last = self.calls + 1 == self.steps
         self.calls += 1
         eos = torch.tensor([self.eos_id], device=logits.device)
         return logits.index_fill(-1, eos, 1e9 if last else -1e9)

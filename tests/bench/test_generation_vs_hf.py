@@ -1,6 +1,7 @@
 """`formers bench --generation-vs-hf` at a tiny size: the table it prints and writes, the token
 check that comes before any timing, and its one-line errors (the timings are not tested)."""
 
+import dataclasses
 import json
 import sys
 
@@ -134,7 +135,10 @@ def test_bad_flags_are_one_line(flags, named, tmp_path, capsys):
 
 
 def test_its_flags_without_it_are_one_line(tmp_path, capsys):
-    assert main(["bench", "--prompt-len", "16", "--clock", "cpu", "--out", str(tmp_path)]) == 2
+    presets = ["--presets", "vanilla", "--n-layers", "1", "--d-model", "32", "--n-heads", "2"]
+    presets += ["--d-ff", "64", "--seq-len", "16", "--gen-tokens", "4", "--matmul-size", "64"]
+    presets += ["--repeats", "1", "--no-plots", "--out", str(tmp_path)]  # a short run if not
+    assert main(["bench", *presets, "--prompt-len", "16", "--clock", "cpu"]) == 2
     err = one_error_line(capsys)
     assert "--prompt-len, --clock do not apply without --generation-vs-hf" in err
 
@@ -145,3 +149,44 @@ def test_without_the_hf_extra_it_says_what_to_install(missing, tmp_path, monkeyp
     assert main(["bench", "--generation-vs-hf", "--out", str(tmp_path / "r")]) == 2
     err = one_error_line(capsys)
     assert f"needs the {missing} package" in err and "pip install -e '.[hf]'" in err
+
+
+@needs_hf
+def test_a_likely_end_token_is_held_off_alike_on_both_sides(monkeypatch):
+    """With </s> likely at every step (a large output bias on both sides), the two searches
+    still rank the same hypotheses: both push its logit down before the softmax, so both
+    normalise over the same logits, and both score the forced end token 0."""
+    from transformers import MarianMTModel
+
+    save_marian = generation_vs_hf.save_marian
+
+    def likely_end(shape, folder, seed):
+        save_marian(shape, folder, seed)
+        model = MarianMTModel.from_pretrained(folder)
+        with torch.no_grad():
+            model.final_logits_bias[0, 0] += 6.0
+        model.save_pretrained(folder)
+        return folder
+
+    monkeypatch.setattr(generation_vs_hf, "save_marian", likely_end)
+    settings = GenerationSettings(**SIZE, workloads=("beam4",), precisions=("fp32",))
+    settings = dataclasses.replace(settings, sentences=8)
+    (row,) = run_generation_vs_hf(settings)["rows"]
+    assert row["agreement"]["same_tokens"]
+
+
+def test_the_end_token_hook_holds_it_off_then_gives_it_log_probability_0():
+    layer = torch.nn.Linear(4, 10)
+    hook = generation_vs_hf.EndTokenLogit(eos_id=0, pad_id=9, steps=3)
+    layer.register_forward_hook(hook)
+    x = torch.randn(2, 4)
+    others = torch.nn.functional.linear(x, layer.weight, layer.bias)[:, 1:]  # no hook
+    for _ in range(2):  # two searches: reset starts the count again
+        hook.reset()
+        for step in range(3):
+            log_probs = layer(x).log_softmax(-1)
+            if step < 2:  # held off: the other tokens normalised without it
+                assert (log_probs[:, 0] < -1e8).all()
+                torch.testing.assert_close(log_probs[:, 1:], others.log_softmax(-1))
+            else:  # the last step, as transformers' forced_eos_token_id scores it
+                assert log_probs[:, 0].tolist() == [0.0, 0.0]
