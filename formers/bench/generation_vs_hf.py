@@ -146,10 +146,10 @@ class EndTokenLogit:
     beam search runs to its length limit. With `steps`, it counts the layer's calls and, at the
     last of `steps` (one call per decoder step), raises the logit to +1e9 instead: the forced end
     token then has log-probability 0, as transformers' forced_eos_token_id gives it. `reset`
-    before each search. `pad_id`: the model's padding and start token."""
+    before each search."""
 
-    def __init__(self, eos_id: int, pad_id: int, steps: int | None = None):
-        self.eos_id, self.pad_id, self.steps, self.calls = eos_id, pad_id, steps, 0
+    def __init__(self, eos_id: int, steps: int | None = None):
+        self.eos_id, self.steps, self.calls = eos_id, steps, 0
 
     def reset(self) -> None:
         self.calls = 0
@@ -223,7 +223,8 @@ def beam_tokens(lib: str, model: nn.Module, src: Tensor, n: int, hook: EndTokenL
     forced at step n; `hook` is the one on `model`'s output layer."""
     from formers.infer.seq2seq import beam_search
 
-    pad = hook.pad_id
+    # the padding token, which Marian's decoder starts from
+    pad = model.cfg.pad_id if lib == "formers" else model.config.pad_token_id
     hook.reset()
     if lib == "formers":
         hyps = beam_search(
@@ -244,7 +245,7 @@ def beam_tokens(lib: str, model: nn.Module, src: Tensor, n: int, hook: EndTokenL
         do_sample=False,
         length_penalty=ALPHA,
         forced_eos_token_id=MARIAN_EOS,
-        bad_words_ids=[[pad]],  # formers never decodes <pad>, its start token (Opus-MT's configs)
+        bad_words_ids=[[pad]],  # as formers' search bans its start token (and Opus-MT's configs)
     )
     if out.shape[1] != n + 1 or not bool((out[:, -1] == MARIAN_EOS).all()):
         raise RuntimeError(f"transformers decoded {out.shape[1] - 1} steps, not {n}")
@@ -290,10 +291,10 @@ def candidates(
     tokens, calls = work(settings, pair, torch.Generator().manual_seed(settings.seed))
     same = agreement(tokens["formers"], tokens["transformers"])
     if precision == "fp32" and not same["same_tokens"]:
-        row, step = same["first_difference"]
+        at_row, step = same["first_difference"]
         raise FormersError(
             f"formers and transformers decode different {workload} tokens from the same fp32 "
-            f"weights (first in row {row} at new token {step}): not timing them"
+            f"weights (first in row {at_row} at new token {step}): not timing them"
         )
     return calls, same
 
@@ -318,8 +319,8 @@ def beam_work(settings: GenerationSettings, pair: dict[str, nn.Module], g: torch
     vocab_size = settings.shape("beam4").vocab_size
     src = source_ids(settings, vocab_size, g)
     hooks = {
-        "formers": EndTokenLogit(MARIAN_EOS, vocab_size - 1, steps=n),
-        "transformers": EndTokenLogit(MARIAN_EOS, vocab_size - 1),
+        "formers": EndTokenLogit(MARIAN_EOS, steps=n),
+        "transformers": EndTokenLogit(MARIAN_EOS),
     }
     for lib, model in pair.items():
         model.lm_head.register_forward_hook(hooks[lib])
@@ -388,7 +389,7 @@ def run_generation_vs_hf(settings: GenerationSettings, log: Log = lambda line: N
                 log(f"{workload} {precision}: checking the tokens, then timing ...")
                 calls, same = candidates(settings, workload, precision, folder)
                 results = rounds(calls, settings.repeats, settings.warmup)
-                rows.append(row(workload, precision, results, same))
+                rows.append(table_row(workload, precision, results, same))
     return {
         "benchmark": "generation_vs_hf",
         "machine": hardware.machine_info(torch.device("cpu")),
@@ -398,7 +399,7 @@ def run_generation_vs_hf(settings: GenerationSettings, log: Log = lambda line: N
     }
 
 
-def row(workload: str, precision: str, results: dict[str, list[dict]], same: dict) -> dict:
+def table_row(workload: str, precision: str, results: dict[str, list[dict]], same: dict) -> dict:
     """One table row: each library's summary, the formers/transformers ratio of medians."""
     summaries = {lib: summary(results[lib]) for lib in LIBRARIES}
     ratio = summaries["formers"]["median"] / summaries["transformers"]["median"]

@@ -32,7 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "inference and cached-generation tokens/s, peak memory, parameters, FLOPs per token "
         "and achieved FLOP/s against this machine's measured matmul rate; optionally a "
         "sequence-length sweep. Prints a table and writes bench.json, bench.md and PNG plots. "
-        "Any model field can be set for every preset with --model.KEY VALUE.",
+        "Any model field can be set for every preset with --model.KEY VALUE. With "
+        "--generation-vs-hf, instead: formers' decoding against transformers' generate on the "
+        "same imported weights.",
     )
     p.add_argument(
         "--presets",
@@ -41,16 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action=GivenFlag,
         help="default: every causal LM preset",
     )
-    size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
-    size.add_argument("--n-layers", type=int, default=6)
-    size.add_argument("--d-model", type=int, default=512)
-    size.add_argument("--n-heads", type=int, default=8)
-    size.add_argument("--d-ff", type=int, default=2048)
-    size.add_argument(
-        "--vocab-size",
-        type=int,
-        help=f"default: {MATCHED_SIZE['vocab_size']} (bytes); with --generation-vs-hf, see there",
-    )
+    _add_size_flags(p)
     p.add_argument(
         "--seq-len",
         type=int,
@@ -69,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--gen-tokens",
         type=int,
         help="tokens decoded per row after a prompt of seq_len - gen_tokens "
-        "(default: min(64, seq_len / 2); 0: no generation)",
+        "(default: min(64, seq_len / 2); 0: no generation); with --generation-vs-hf, see there",
     )
     p.add_argument(
         "--precision",
@@ -81,6 +74,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls first")
+    _add_sweep_flags(p)
+    p.add_argument("--matmul-size", type=int, action=GivenFlag, help="n of the n×n rate matmuls")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
+    add_generation_flags(p)
+    p.set_defaults(func=cmd_bench, takes_overrides=True)
+
+
+def _add_size_flags(p: argparse.ArgumentParser) -> None:
+    size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
+    size.add_argument("--n-layers", type=int, default=6)
+    size.add_argument("--d-model", type=int, default=512)
+    size.add_argument("--n-heads", type=int, default=8)
+    size.add_argument("--d-ff", type=int, default=2048)
+    size.add_argument(
+        "--vocab-size",
+        type=int,
+        help=f"default: {MATCHED_SIZE['vocab_size']} (bytes); with --generation-vs-hf, see there",
+    )
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sweep",
         type=int,
@@ -101,13 +118,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "first calls; a preset over it, or out of memory, is not run at longer lengths "
         "(default: 600)",
     )
-    p.add_argument("--matmul-size", type=int, action=GivenFlag, help="n of the n×n rate matmuls")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
-    p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
-    add_generation_flags(p)
-    p.set_defaults(func=cmd_bench, takes_overrides=True)
 
 
 def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:

@@ -177,7 +177,7 @@ def test_a_likely_end_token_is_held_off_alike_on_both_sides(monkeypatch):
 
 def test_the_end_token_hook_holds_it_off_then_gives_it_log_probability_0():
     layer = torch.nn.Linear(4, 10)
-    hook = generation_vs_hf.EndTokenLogit(eos_id=0, pad_id=9, steps=3)
+    hook = generation_vs_hf.EndTokenLogit(eos_id=0, steps=3)
     layer.register_forward_hook(hook)
     x = torch.randn(2, 4)
     others = torch.nn.functional.linear(x, layer.weight, layer.bias)[:, 1:]  # no hook
