@@ -117,8 +117,8 @@ def require_transformers() -> None:
             __import__(package)
         except ImportError:
             raise FormersError(
-                f"--generation-vs-hf needs the {package} package, which is not installed: "
-                f"install the hf extra ({HF_EXTRA})"
+                f"the benchmark against transformers needs the {package} package, which is not "
+                f"installed: install the hf extra ({HF_EXTRA})"
             ) from None
 
 
@@ -376,10 +376,28 @@ def save_checkpoint(settings: GenerationSettings, workload: str, folder: Path) -
 def run_generation_vs_hf(settings: GenerationSettings, log: Log = lambda line: None) -> dict:
     """Measure every workload in every precision; the report as a JSON-able dict (one row per
     workload and precision: each library's summary, the ratio of medians, token agreement)."""
+    require_transformers()
     import transformers
 
-    require_transformers()
-    transformers.utils.logging.disable_progress_bar()
+    logging = transformers.utils.logging
+    bars = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()  # from_pretrained's, a line per load
+    try:
+        rows = measure(settings, log)
+    finally:
+        if bars:
+            logging.enable_progress_bar()
+    return {
+        "benchmark": "generation_vs_hf",
+        "machine": hardware.machine_info(torch.device("cpu")),
+        "transformers": transformers.__version__,
+        "settings": dataclasses.asdict(settings),
+        "rows": rows,
+    }
+
+
+def measure(settings: GenerationSettings, log: Log) -> list[dict]:
+    """One table row per workload and precision, each workload's checkpoint saved once."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workload in settings.workloads:
@@ -390,13 +408,7 @@ def run_generation_vs_hf(settings: GenerationSettings, log: Log = lambda line: N
                 calls, same = candidates(settings, workload, precision, folder)
                 results = rounds(calls, settings.repeats, settings.warmup)
                 rows.append(table_row(workload, precision, results, same))
-    return {
-        "benchmark": "generation_vs_hf",
-        "machine": hardware.machine_info(torch.device("cpu")),
-        "transformers": transformers.__version__,
-        "settings": dataclasses.asdict(settings),
-        "rows": rows,
-    }
+    return rows
 
 
 def table_row(workload: str, precision: str, results: dict[str, list[dict]], same: dict) -> dict:

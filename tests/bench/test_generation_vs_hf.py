@@ -109,6 +109,8 @@ def test_bf16_tokens_that_differ_are_reported_not_fatal(monkeypatch):
     settings = GenerationSettings(**SIZE, workloads=("beam4",), precisions=("bf16",))
     (row,) = run_generation_vs_hf(settings)["rows"]
     assert not row["agreement"]["same_tokens"] and row["formers"]["median"] > 0
+    logging = sys.modules["transformers"].utils.logging
+    assert logging.is_progress_bar_enabled()  # silenced for the run only
 
 
 @needs_hf
@@ -149,6 +151,8 @@ def test_without_the_hf_extra_it_says_what_to_install(missing, tmp_path, monkeyp
     assert main(["bench", "--generation-vs-hf", "--out", str(tmp_path / "r")]) == 2
     err = one_error_line(capsys)
     assert f"needs the {missing} package" in err and "pip install -e '.[hf]'" in err
+    with pytest.raises(generation_vs_hf.FormersError, match=r"install the hf extra"):
+        run_generation_vs_hf(GenerationSettings(**SIZE))  # from Python too
 
 
 @needs_hf
