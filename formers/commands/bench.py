@@ -9,6 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from formers.bench.settings import MATCHED_SIZE
+from formers.commands.bench_generation import (
+    GENERATION_DEFAULTS,
+    PRESET_DEFAULTS,
+    add_generation_flags,
+    cmd_generation_vs_hf,
+    refuse_flags,
+)
+from formers.commands.flags import GivenFlag
 from formers.errors import FormersError
 
 DEFAULT_SWEEP = tuple(512 * 2**i for i in range(7))  # 512 … 32,768
@@ -23,32 +32,78 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "inference and cached-generation tokens/s, peak memory, parameters, FLOPs per token "
         "and achieved FLOP/s against this machine's measured matmul rate; optionally a "
         "sequence-length sweep. Prints a table and writes bench.json, bench.md and PNG plots. "
-        "Any model field can be set for every preset with --model.KEY VALUE.",
+        "Any model field can be set for every preset with --model.KEY VALUE. With "
+        "--generation-vs-hf, instead: formers' decoding against transformers' generate on the "
+        "same imported weights.",
     )
-    p.add_argument("--presets", nargs="+", metavar="PRESET", help="default: every causal LM preset")
+    p.add_argument(
+        "--presets",
+        nargs="+",
+        metavar="PRESET",
+        action=GivenFlag,
+        help="default: every causal LM preset",
+    )
+    _add_size_flags(p)
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=PRESET_DEFAULTS["seq_len"],
+        action=GivenFlag,
+        help="tokens per sequence",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=PRESET_DEFAULTS["batch_size"],
+        action=GivenFlag,
+        help="sequences per batch",
+    )
+    p.add_argument(
+        "--gen-tokens",
+        type=int,
+        help="tokens decoded per row after a prompt of seq_len - gen_tokens "
+        "(default: min(64, seq_len / 2); 0: no generation); with --generation-vs-hf, see there",
+    )
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="auto: bf16 where the device runs it natively, else fp32; with --generation-vs-hf, "
+        "both (default: auto)",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls first")
+    _add_sweep_flags(p)
+    p.add_argument("--matmul-size", type=int, action=GivenFlag, help="n of the n×n rate matmuls")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
+    p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
+    add_generation_flags(p)
+    p.set_defaults(func=cmd_bench, takes_overrides=True)
+
+
+def _add_size_flags(p: argparse.ArgumentParser) -> None:
     size = p.add_argument_group("model size, for every preset (the matched benchmark config)")
     size.add_argument("--n-layers", type=int, default=6)
     size.add_argument("--d-model", type=int, default=512)
     size.add_argument("--n-heads", type=int, default=8)
     size.add_argument("--d-ff", type=int, default=2048)
-    size.add_argument("--vocab-size", type=int, default=256)
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence")
-    p.add_argument("--batch-size", type=int, default=4, help="sequences per batch")
-    p.add_argument(
-        "--gen-tokens",
+    size.add_argument(
+        "--vocab-size",
         type=int,
-        help="tokens decoded per row after a prompt of seq_len - gen_tokens "
-        "(default: min(64, seq_len / 2); 0: no generation)",
+        help=f"default: {MATCHED_SIZE['vocab_size']} (bytes); with --generation-vs-hf, see there",
     )
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls first")
+
+
+def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sweep",
         type=int,
         nargs="*",
         metavar="LEN",
+        action=GivenFlag,
         help="also sweep these sequence lengths: one preset per attention kind (of --presets, "
         "else of every preset) and full attention to compare with; where each kind gets "
         f"faster than full attention (bare --sweep: {' '.join(map(str, DEFAULT_SWEEP))})",
@@ -56,18 +111,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sweep-time-limit",
         type=float,
-        default=600.0,
+        default=PRESET_DEFAULTS["sweep_time_limit"],
         metavar="SECONDS",
+        action=GivenFlag,
         help="most seconds one sweep point (a preset at a length) may take, projected from its "
         "first calls; a preset over it, or out of memory, is not run at longer lengths "
         "(default: 600)",
     )
-    p.add_argument("--matmul-size", type=int, help="n of the n×n rate matmuls")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", help="report folder (default: runs/bench-TIMESTAMP)")
-    p.add_argument("--no-plots", action="store_true", help="write no PNGs (no matplotlib)")
-    p.set_defaults(func=cmd_bench, takes_overrides=True)
 
 
 def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
@@ -79,7 +129,7 @@ def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any
         "d_model": args.d_model,
         "n_heads": args.n_heads,
         "d_ff": args.d_ff,
-        "vocab_size": args.vocab_size,
+        "vocab_size": MATCHED_SIZE["vocab_size"] if args.vocab_size is None else args.vocab_size,
         "dropout": 0.0,
     }
     for key, value in parse_overrides(extra).items():
@@ -95,7 +145,11 @@ def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any
 
 def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     """Run the benchmark, print its table and write its report folder."""
-    import torch
+    if args.generation_vs_hf:
+        return cmd_generation_vs_hf(args, extra)
+    refuse_flags(
+        args, GENERATION_DEFAULTS, "without --generation-vs-hf", "add --generation-vs-hf or leave"
+    )
 
     from formers.bench.hardware import resolve_device
     from formers.bench.measure import bench_configs, run_bench, sweep_configs
@@ -106,10 +160,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
 
     if not args.no_plots:
         pyplot()  # fail now, not after the measurements, if matplotlib is missing
-    if args.threads is not None:
-        if args.threads < 1:
-            raise FormersError(f"--threads {args.threads} must be at least 1")
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     sweep = args.sweep if args.sweep is None or args.sweep else list(DEFAULT_SWEEP)
     settings = BenchSettings(
         presets=tuple(args.presets or ()),
@@ -142,6 +193,16 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         ) from None
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's CPU threads, where --threads is given."""
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise FormersError(f"--threads {threads} must be at least 1")
+        torch.set_num_threads(threads)
 
 
 def writable_folder(out: Path) -> None:
