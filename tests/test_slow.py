@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,37 @@ def test_the_demo_runs_end_to_end():
     assert final["step"] == 40 and final["valid"]["loss"] > 0
     sample = result.stdout.split("== sample ==\n")[1]
     assert sample.startswith("    def __init__(self, ") and len(sample) > 100
+
+
+@pytest.mark.skipif(
+    not (CORPORA["wikitext-2-bytes"].present() and CORPORA["tinyshakespeare"].present()),
+    reason="WikiText-2 or Tiny Shakespeare absent",
+)
+def test_the_pretrained_worked_example_runs_end_to_end(tmp_path):
+    # docs/pretrained.md's example, shortened: pretrain, export, import, eval, fine-tune, export
+    exe = sys.executable
+    env = {
+        **os.environ,
+        "PRETRAIN_STEPS": "10",
+        "FINETUNE_STEPS": "20",
+        "FORMERS": f"{exe} -m formers",
+        "PYTHON": exe,
+    }
+    result = subprocess.run(
+        ["bash", "scripts/pretrained_example.sh", str(tmp_path / "example")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    own, imported = re.search(
+        r"WikiText-2 valid loss: (\S+) of the pretraining run, (\S+) of its import", result.stdout
+    ).groups()
+    assert own == imported  # the exported and re-imported weights score as the originals
+    before = float(re.search(r"imported: valid loss (\S+)", result.stdout).group(1))
+    after = float(re.search(r"fine-tuned: valid loss (\S+)", result.stdout).group(1))
+    assert after < before
+    gap = re.search(r"largest logit difference (\S+)", result.stdout)
+    assert gap is None or float(gap.group(1)) < 1e-4
