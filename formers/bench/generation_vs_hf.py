@@ -12,8 +12,9 @@ with its own `from_pretrained`, so both run the same weights:
            seconds).
   beam4    a Marian-shaped `MarianMTModel` (6 + 6 layers of 512, 8 heads, d_ff 2048, swish,
            scaled embeddings, an 8,000-token shared vocabulary): `sentences` sources of
-           `src_len` random tokens (the last </s>), beam 4, exactly `new_tokens` decoder steps.
-           Reported: sentences/s of the whole call.
+           `src_len` random tokens (the last </s>), beam 4, exactly `new_tokens` decoder steps,
+           the same length penalty on both sides (|y|^0.6: formers' penalty="power" is
+           transformers' length_penalty). Reported: sentences/s of the whole call.
   formers: `formers.infer.iter_generate` and `formers.infer.seq2seq.beam_search`;
   transformers: `GPT2LMHeadModel.generate` and `MarianMTModel.generate` (default attention).
 
@@ -228,7 +229,8 @@ def beam_tokens(lib: str, model: nn.Module, src: Tensor, n: int, hook: EndTokenL
     hook.reset()
     if lib == "formers":
         hyps = beam_search(
-            model, src, beam=BEAM, alpha=ALPHA, bos_id=pad, eos_id=MARIAN_EOS, pad_id=pad,
+            model, src, beam=BEAM, alpha=ALPHA, penalty="power", bos_id=pad, eos_id=MARIAN_EOS,
+            pad_id=pad,
             max_len_b=n - 1 - src.shape[1],  # steps 0 … n - 1: the end token forced at the last
         )  # fmt: skip
         if {len(h.tokens) for h in hyps} != {n - 1}:

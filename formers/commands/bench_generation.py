@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from formers.commands.flags import GivenFlag, given_flags
+from formers.commands.flags import GivenFlag, given_flags, verb_and_pronoun
 from formers.errors import FormersError
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ PRESET_DEFAULTS: dict[str, Any] = {
     "sweep": None,
     "sweep_time_limit": 600.0,
     "matmul_size": None,
+    "no_plots": False,
 }
 GEN_TOKENS = 32  # decoder steps of both workloads unless --gen-tokens
 MIN_VOCAB = 8  # GPT-2's prompt ids lie above 2 and below its end token, the last id
@@ -85,7 +86,7 @@ def refuse_flags(args: argparse.Namespace, defaults: dict[str, Any], where: str,
     `where`: `fix` them out"."""
     given = given_flags(args, defaults)
     if given:
-        verb, them = ("do", "them") if len(given) > 1 else ("does", "it")
+        verb, them = verb_and_pronoun(given)
         raise FormersError(f"{', '.join(given)} {verb} not apply {where}: {fix} {them} out")
 
 

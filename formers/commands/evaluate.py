@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from formers.commands.flags import GivenFlag, given_flags
+from formers.commands.flags import GivenFlag, given_flags, verb_and_pronoun
 from formers.commands.translate import (
     TRANSLATION_EVAL_DEFAULTS,
     add_translation_eval_flags,
@@ -66,7 +66,7 @@ def refuse_flags(args: argparse.Namespace, defaults: dict, run_kind: str) -> Non
     """A flag of the other kind of run is an error, not silently ignored."""
     given = given_flags(args, defaults)
     if given:
-        verb, them = ("do", "them") if len(given) > 1 else ("does", "it")
+        verb, them = verb_and_pronoun(given)
         raise FormersError(
             f"{args.run} holds {run_kind}, which {', '.join(given)} {verb} not apply to: "
             f"leave {them} out"

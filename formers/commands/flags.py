@@ -35,3 +35,9 @@ def given_flags(args: argparse.Namespace, defaults: dict[str, Any]) -> list[str]
         for name, default in defaults.items()
         if name in typed or getattr(args, name) != default
     ]
+
+
+def verb_and_pronoun(flags: Sequence[str]) -> tuple[str, str]:
+    """("does", "it") for one flag, ("do", "them") for several: the words of "FLAGS do not
+    apply …: leave them out"."""
+    return ("do", "them") if len(flags) > 1 else ("does", "it")

@@ -52,6 +52,11 @@ def start_from(source: str, overrides: dict[str, Any]) -> Start:
     from formers.train.tasks import task_for
 
     origin = _origin(source)
+    if origin.tokenizer is None:  # the corpus's own would give the ids other meanings
+        raise FormersError(
+            f"{source} has no tokenizer formers can read (a pickled vocab.pkl is never read): "
+            "add a tokenizer.json of the model's vocabulary to it to start a run from it"
+        )
     model_overrides, train_overrides = split_overrides(overrides)
     if train_overrides.get("tokenizer", PRETRAINED_TOKENIZER) != PRETRAINED_TOKENIZER:
         raise ConfigError(

@@ -78,3 +78,28 @@ def test_another_tokenizer_is_refused(gpt2_folder, corpus, tmp_path, capsys):
     assert "train.tokenizer='byte': a run started from weights reads its corpus with their" in (
         capsys.readouterr().err
     )
+
+
+
+def test_weights_without_a_tokenizer_are_refused(
+    gpt2_folder, corpus, tmp_path, capsys, monkeypatch
+):
+    # a checkpoint read without a tokenizer (Transformer-XL's pickled vocabulary is never read):
+    # the corpus's own tokenizer would give the ids other meanings than the weights learned
+    import dataclasses
+
+    from formers.pretrained import init_from
+
+    origin = init_from._origin
+
+    def without_tokenizer(source):
+        return dataclasses.replace(origin(source), tokenizer=None)
+
+    monkeypatch.setattr(init_from, "_origin", without_tokenizer)
+    run_dir = tmp_path / "tuned"
+    args = ["train", "--init-from", str(gpt2_folder), "--run-dir", str(run_dir)]
+    assert main([*args, "--train.corpus", str(corpus), *SHORT]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no tokenizer formers can read" in err, err
+    assert "tokenizer.json" in err
+    assert not run_dir.exists()
