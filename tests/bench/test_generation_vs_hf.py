@@ -125,6 +125,7 @@ def test_bf16_tokens_that_differ_are_reported_not_fatal(monkeypatch):
         (["--device", "cuda"], "runs on the CPU: leave out --device cuda"),
         (["--seq-len", "512"], "--seq-len does not apply to --generation-vs-hf"),
         (["--presets", "vanilla", "--sweep"], "--presets, --sweep do not apply"),
+        (["--no-plots"], "--no-plots does not apply to --generation-vs-hf"),
         (["--model.d_model", "64"], "--model.d_model: --generation-vs-hf takes no model overrides"),
         (["--threads", "0"], "--threads 0 must be at least 1"),
     ],
