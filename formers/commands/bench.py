@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from formers.commands.bench_generation import (
     cmd_generation_vs_hf,
     refuse_flags,
 )
+from formers.commands.bench_setup import set_threads, writable_folder
 from formers.commands.flags import GivenFlag
 from formers.errors import FormersError
 
@@ -193,26 +193,3 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         ) from None
     print(f"\nwrote {', '.join(str(p) for p in paths)}")
     return 0
-
-
-def set_threads(threads: int | None) -> None:
-    """torch's CPU threads, where --threads is given."""
-    import torch
-
-    if threads is not None:
-        if threads < 1:
-            raise FormersError(f"--threads {threads} must be at least 1")
-        torch.set_num_threads(threads)
-
-
-def writable_folder(out: Path) -> None:
-    """Create `out` if needed; raise a FormersError if it cannot be created or written to."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise FormersError(f"cannot create the report folder {out}: {error}") from None
-    try:
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as error:
-        raise FormersError(f"cannot write to the report folder {out}: {error}") from None

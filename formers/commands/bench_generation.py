@@ -98,7 +98,7 @@ def cmd_generation_vs_hf(args: argparse.Namespace, extra: list[str]) -> int:
         run_generation_vs_hf,
     )
     from formers.bench.report import JSON_NAME, TABLE_NAME
-    from formers.commands.bench import set_threads, writable_folder
+    from formers.commands.bench_setup import set_threads, writable_folder
 
     require_transformers()
     refuse_flags(args, PRESET_DEFAULTS, "to --generation-vs-hf", "leave")
