@@ -4,6 +4,7 @@ check that comes before any timing, and its one-line errors (the timings are not
 import dataclasses
 import json
 import sys
+import types
 
 import pytest
 import torch
@@ -148,6 +149,9 @@ def test_its_flags_without_it_are_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("missing", ["transformers", "sentencepiece"])
 def test_without_the_hf_extra_it_says_what_to_install(missing, tmp_path, monkeypatch, capsys):
+    for name in ("transformers", "sentencepiece"):  # the other one present, installed or not
+        stand_in = sys.modules.get(name) or types.ModuleType(name)
+        monkeypatch.setitem(sys.modules, name, stand_in)
     monkeypatch.setitem(sys.modules, missing, None)  # `import` raises ImportError
     assert main(["bench", "--generation-vs-hf", "--out", str(tmp_path / "r")]) == 2
     err = one_error_line(capsys)
