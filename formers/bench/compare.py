@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from formers.bench.compare_eval import evaluate_run, peak_train_memory, save_result
-from formers.bench.compare_report import CompareReport, write_report
+from formers.bench.compare_report import SHARED_CORES, CompareReport, write_report
 from formers.bench.compare_spec import (
     RUNS_DIR,
     SPEC_FILE,
@@ -35,7 +35,7 @@ from formers.bench.compare_spec import (
 )
 from formers.bench.memory import METHOD
 from formers.bench.plots import pyplot
-from formers.bench.run_metrics import is_complete
+from formers.bench.run_metrics import is_complete, others_cpu_share
 from formers.errors import FormersError
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig
@@ -191,6 +191,13 @@ def _train_one(
         f"{label}: step {trained.step}, {trained.train_seconds:.1f}s, "
         f"valid loss {trained.valid.loss:.4f}"
     )
+    others = others_cpu_share(path)
+    if others is not None and others["mean"] > SHARED_CORES:
+        _say(
+            f"{label}: other processes used {others['mean']:.0%} of its cores while it trained, "
+            f"so its speed and steps are understated: move {path} away and run the same command "
+            "to train it again alone"
+        )
     return True
 
 

@@ -19,6 +19,7 @@ from formers.bench.plots import line_plot
 from formers.bench.run_metrics import (
     crossing,
     final_valid,
+    others_cpu_share,
     parameter_count,
     tokens_per_second,
     valid_curve,
@@ -40,6 +41,9 @@ MEAN_FIELDS = (
     "final_perplexity",
 )
 REACH_FIELDS = ("step", "seconds", "step_fraction", "time_fraction")
+# A run whose cores other processes used more than this (mean over its training) is named in
+# the notes: equal training time then no longer bought it equal work.
+SHARED_CORES = 0.05
 
 
 @dataclass
@@ -75,6 +79,7 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
         "complete": final is not None,
         "params": parameter_count(path),
         "tokens_per_s": tokens_per_second(path),
+        "others_cpu": others_cpu_share(path),
         "peak_train_memory_bytes": memory.get("peak_train_memory_bytes"),
         "steps": last.get("step"),
         "train_seconds": last.get("seconds"),
@@ -334,7 +339,34 @@ def notes(summary: dict[str, Any]) -> list[str]:
         "eval (same seed; linear between evals; ≤: already at the first eval), and the share "
         f"of {summary['baseline']}'s steps and seconds that took.",
         *map(evaluation_note, summary["spec"]["evaluate"]),
+        *shared_cores_notes(summary["runs"]),
     ]
+
+
+def shared_cores_notes(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs that shared their cores with other processes, or how little the others used."""
+    measured = [r for r in runs if r.get("others_cpu")]
+    if not measured:
+        return []
+    shared = [r for r in measured if r["others_cpu"]["mean"] > SHARED_CORES]
+    if not shared:
+        most = max(r["others_cpu"]["mean"] for r in measured)
+        return [
+            f"cores: other processes used at most {most:.1%} of a run's cores while it trained "
+            f"(mean over its training); a run above {SHARED_CORES:.0%} would be named here."
+        ]
+    return [
+        f"shared cores: {run_label(r)} (other processes used {r['others_cpu']['mean']:.0%} of "
+        f"its cores while it trained): its tokens/s, steps and time to baseline understate the "
+        f"arm. Move {r['run_dir']} (in the comparison folder) away and run the same command "
+        "to train it again alone."
+        for r in shared
+    ]
+
+
+def run_label(run: dict[str, Any]) -> str:
+    context = "" if run["context"] is None else f" context {run['context']:,}"
+    return f"{run['arm']}{context} seed {run['seed']}"
 
 
 def evaluation_note(evaluation: dict[str, Any]) -> str:

@@ -71,6 +71,16 @@ def tokens_per_second(run_dir: Path) -> float | None:
     return median(rates) if rates else None
 
 
+def others_cpu_share(run_dir: Path) -> dict[str, float] | None:
+    """How much of the run's cores other processes used while it trained: the mean and the
+    largest share over its logged windows (see formers.train.cpu_share), or None where the
+    trainer did not measure it."""
+    shares = [r["others_cpu"] for r in read_metrics(run_dir, "train") if "others_cpu" in r]
+    if not shares:
+        return None
+    return {"mean": sum(shares) / len(shares), "max": max(shares)}
+
+
 def parameter_count(run_dir: Path) -> int | None:
     """Parameters of the run's model (shared weights once), from its saved config.json."""
     saved = Path(run_dir) / "config.json"

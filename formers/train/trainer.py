@@ -37,6 +37,7 @@ from formers.train.checkpoint import (
 from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import RunConfig
 from formers.train.console import StderrOrNothing, say
+from formers.train.cpu_share import OthersShare
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer
 from formers.train.precision import autocast_for
@@ -124,6 +125,8 @@ class Run:
     lock: RunLock | None = None  # rank 0's hold on the run folder
     seconds: float = 0.0  # training time, resumed runs included
     window: dict[str, float] = field(default_factory=dict)  # tokens and start of the log window
+    # other processes' share of the cores per log window (one process only: ranks share cores)
+    others: OthersShare | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # the model's, at the last step
 
 
@@ -341,6 +344,7 @@ def _restore(
         saved_step=state.step if checkpoint is not None else None,
         last_finite=last_logged_loss(run_dir, state.step) if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
+        others=OthersShare() if env.world_size == 1 else None,
     )
 
 
@@ -432,6 +436,8 @@ def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqd
         now = time.perf_counter()
         rate = run.window["tokens"] / max(now - run.window["start"], 1e-9)
         run.window = {"tokens": 0.0, "start": now}
+        share = None if run.others is None else run.others.take()
+        others = {} if share is None else {"others_cpu": share}
         if run.log is not None:
             run.log.log(
                 "train",
@@ -442,6 +448,7 @@ def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqd
                 tokens=run.state.tokens_seen,
                 tokens_per_s=rate,
                 seconds=run.seconds,
+                **others,
                 **diagnostics,
             )
         postfix = {"loss": f"{mean_loss:.3f}", "tok_s": f"{rate:,.0f}"}
