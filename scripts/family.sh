@@ -45,7 +45,9 @@ for name in "${@:-${ALL[@]}}"; do
   fi
   compare "$name"
   status=$?
-  if [ "$status" -eq 130 ]; then  # the comparison saw the Ctrl-C (bash may not run its trap)
+  # the comparison saw a Ctrl-C (130; bash may not run its trap) or was sent SIGTERM (143: a
+  # stop from outside, e.g. `kill` of the comparison alone): the sequence stops too
+  if [ "$status" -eq 130 ] || [ "$status" -eq 143 ]; then
     echo "$(stamp) stopped; the same command continues" >&2
     exit 130
   fi

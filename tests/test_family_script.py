@@ -84,3 +84,25 @@ def test_ctrl_c_stops_the_whole_sequence(tmp_path):
     assert process.returncode == 130
     assert log.read_text().splitlines() == ["experiments/xl-recurrence.yaml"]
     assert "stopped; the same command continues" in stderr
+
+
+def test_a_comparison_stopped_from_outside_stops_the_sequence(tmp_path):
+    """`kill` of the running comparison alone (SIGTERM, exit 143, as when it is stopped in its
+    final evaluation) stops the sequence, not only that comparison."""
+    log, pid = tmp_path / "calls", tmp_path / "pid"
+    env = fake_formers(tmp_path, f'echo "$3" >> {log}; echo $$ > {pid}; sleep 5 & wait')
+    process = subprocess.Popen(
+        ["bash", str(SCRIPT), "xl-recurrence", "linformer-k"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (pid.exists() and pid.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(int(pid.read_text()), signal.SIGTERM)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert log.read_text().splitlines() == ["experiments/xl-recurrence.yaml"]
+    assert "stopped; the same command continues" in stderr and "FAILED" not in stderr

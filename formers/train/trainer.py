@@ -180,9 +180,14 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
         return TrainResult(run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, None,
                            False, "finished")  # fmt: skip
     valid, stopped = None, "max_steps"
+    budget = tc.time_budget_seconds
+    # a run resumed with its budget spent (stopped during its final evaluation) takes no step
+    spent = any_rank(budget is not None and run.seconds >= budget, run.env)
+    if spent:
+        stopped = "time_budget"
     bar = progress_bar(run, progress)
     with StopSignal() as stop:
-        while run.state.step < tc.max_steps:
+        while not spent and run.state.step < tc.max_steps:
             step_start = time.perf_counter()
             lr = set_learning_rate(run)
             loss, grad_norm, tokens = compute_gradients(run)
@@ -193,7 +198,6 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             take_step(run, tokens)
             run.seconds += time.perf_counter() - step_start
             log_step(run, loss, lr, grad_norm, bar)
-            budget = tc.time_budget_seconds
             out_of_time = budget is not None and run.seconds >= budget
             stop_now = any_rank(stop.received is not None or out_of_time, run.env)
             step = run.state.step

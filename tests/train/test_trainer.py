@@ -83,6 +83,30 @@ def test_time_budget_stops_early_and_saves(tmp_path, corpus_file):
     assert result.valid is not None and result.valid.tokens > 0
 
 
+def test_a_run_stopped_in_its_final_evaluation_resumes_without_another_step(
+    tmp_path, corpus_file, monkeypatch
+):
+    """The budget was spent and the checkpoint saved; the resumed run only evaluates."""
+    cfg = tiny_run(corpus_file, max_steps=10_000, time_budget="1s", eval_every=0)
+    evaluate_now = trainer.evaluate_now
+
+    def stopped_in_the_final_one(run, max_tokens, bar):
+        if bar is None:  # the final, whole-split evaluation
+            raise KeyboardInterrupt
+        return evaluate_now(run, max_tokens, bar)
+
+    monkeypatch.setattr(trainer, "evaluate_now", stopped_in_the_final_one)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(cfg, tmp_path / "run", progress=False)
+    saved = [r["step"] for r in read_metrics(tmp_path / "run", "train")][-1]
+    monkeypatch.setattr(trainer, "evaluate_now", evaluate_now)
+
+    resumed = trainer.train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert resumed.step == saved and resumed.stopped == "time_budget"
+    assert [r["step"] for r in read_metrics(tmp_path / "run", "train")][-1] == saved
+    assert read_metrics(tmp_path / "run", "valid")[-1]["final"]
+
+
 def test_run_folder_contents(tmp_path, corpus_file):
     trainer.train(tiny_run(corpus_file, max_steps=3), tmp_path / "run", progress=False)
     run = tmp_path / "run"
