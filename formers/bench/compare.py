@@ -194,7 +194,7 @@ def _train_one(
     others = others_cpu_share(path)
     if others is not None and others["mean"] > SHARED_CORES:
         _say(
-            f"{label}: other processes used {others['mean']:.0%} of its cores while it trained, "
+            f"{label}: other processes took {others['mean']:.0%} of its cores while it trained, "
             f"so its speed and steps are understated: move {path} away and run the same command "
             "to train it again alone"
         )

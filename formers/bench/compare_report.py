@@ -41,7 +41,7 @@ MEAN_FIELDS = (
     "final_perplexity",
 )
 REACH_FIELDS = ("step", "seconds", "step_fraction", "time_fraction")
-# A run whose cores other processes used more than this (mean over its training) is named in
+# A run whose cores other processes took more than this (mean over its training) is named in
 # the notes: equal training time then no longer bought it equal work.
 SHARED_CORES = 0.05
 
@@ -352,11 +352,11 @@ def shared_cores_notes(runs: list[dict[str, Any]]) -> list[str]:
     if not shared:
         most = max(r["others_cpu"]["mean"] for r in measured)
         return [
-            f"cores: other processes used at most {most:.1%} of a run's cores while it trained "
+            f"cores: other processes took at most {most:.1%} of a run's cores while it trained "
             f"(mean over its training); a run above {SHARED_CORES:.0%} would be named here."
         ]
     return [
-        f"shared cores: {run_label(r)} (other processes used {r['others_cpu']['mean']:.0%} of "
+        f"shared cores: {run_label(r)} (other processes took {r['others_cpu']['mean']:.0%} of "
         f"its cores while it trained): its tokens/s, steps and time to baseline understate the "
         f"arm. Move {r['run_dir']} (in the comparison folder) away and run the same command "
         "to train it again alone."

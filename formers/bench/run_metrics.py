@@ -72,7 +72,7 @@ def tokens_per_second(run_dir: Path) -> float | None:
 
 
 def others_cpu_share(run_dir: Path) -> dict[str, float] | None:
-    """How much of the run's cores other processes used while it trained: the mean and the
+    """How much of the run's cores other processes took while it trained: the mean and the
     largest share over its logged windows (see formers.train.cpu_share), or None where the
     trainer did not measure it."""
     shares = [r["others_cpu"] for r in read_metrics(run_dir, "train") if "others_cpu" in r]

@@ -1,11 +1,12 @@
-"""How much of this process's cores other processes used while it trained.
+"""How much of this process's cores other processes took while it trained.
 
 A time budget buys steps only while the run has its cores to itself: another process on the same
 cores (or a hypervisor giving them to another machine) silently shortens it, and its tokens/s
 and steps then say less about the model than about the machine. Linux counts each core's busy
 time in /proc/stat (steal included) and this process's own time in its rusage; what the cores
-were busy with beyond this process is the others' share. Where /proc/stat cannot be read the
-share is unknown (None).
+were busy with beyond this process is the others' work. A run of T threads on C cores leaves
+C - T of them free, so only the others' work beyond those displaced it. Where /proc/stat cannot
+be read the share is unknown (None).
 """
 
 from __future__ import annotations
@@ -53,16 +54,18 @@ def this_process_cores() -> set[int]:
 
 
 class OthersShare:
-    """The share of this process's cores that other processes used, window by window.
+    """The share of this process's compute that other processes took, window by window.
 
-    `take()` returns the share since the previous call (or since construction), from 0 (the
-    cores were idle whenever this process was not using them) to 1 (other work kept every core
-    busy), and starts the next window.
+    `take()` returns, for the time since the previous call (or construction), the cores other
+    processes kept busy beyond those this process's `threads` leave free, as a share of the
+    cores its threads use: 0 when the others fitted in the spare cores (or there were none), 1
+    when they could have taken every core the run computes on. It then starts the next window.
     """
 
-    def __init__(self, stat: Path = PROC_STAT):
+    def __init__(self, threads: int, stat: Path = PROC_STAT):
         self.stat = stat
         self.cores = this_process_cores()
+        self.used = max(1, min(threads, len(self.cores)))  # cores the run's threads compute on
         self.start = self._now()
 
     def _now(self) -> tuple[float, float | None, float]:
@@ -73,6 +76,7 @@ class OthersShare:
         self.start = (wall1, busy1, own1)
         if busy0 is None or busy1 is None or wall1 <= wall0:
             return None
-        others = (busy1 - busy0) - (own1 - own0)
+        others = ((busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)  # cores, on average
+        spare = len(self.cores) - self.used
         # the kernel's counters tick at 100 Hz, so a short window can come out a little below 0
-        return min(1.0, max(0.0, others / ((wall1 - wall0) * len(self.cores))))
+        return min(1.0, max(0.0, (others - spare) / self.used))

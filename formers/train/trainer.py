@@ -125,7 +125,8 @@ class Run:
     lock: RunLock | None = None  # rank 0's hold on the run folder
     seconds: float = 0.0  # training time, resumed runs included
     window: dict[str, float] = field(default_factory=dict)  # tokens and start of the log window
-    # other processes' share of the cores per log window (one process only: ranks share cores)
+    # what other processes took of the run's cores per log window (one process only: ranks
+    # share the cores by design)
     others: OthersShare | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # the model's, at the last step
 
@@ -348,7 +349,7 @@ def _restore(
         saved_step=state.step if checkpoint is not None else None,
         last_finite=last_logged_loss(run_dir, state.step) if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
-        others=OthersShare() if env.world_size == 1 else None,
+        others=OthersShare(torch.get_num_threads()) if env.world_size == 1 else None,
     )
 
 

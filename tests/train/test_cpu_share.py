@@ -53,7 +53,7 @@ def test_the_share_is_what_the_cores_did_beyond_this_process(tmp_path, monkeypat
     monkeypatch.setattr(cpu_share, "own_seconds", lambda: clock["own"])
     stat = tmp_path / "stat"
     write_stat(stat, 1000, 1000)
-    share = OthersShare(stat)
+    share = OthersShare(threads=2, stat=stat)
 
     clock["wall"] += 10
     clock["own"] += 4
@@ -70,10 +70,38 @@ def test_the_share_is_what_the_cores_did_beyond_this_process(tmp_path, monkeypat
     assert share.take() is None
 
 
+@pytest.mark.parametrize(
+    ("threads", "others_busy", "expected"),
+    [
+        (1, 10, 0.0),  # one core's worth of others fits in the core a 1-thread run leaves free
+        (1, 15, 0.5),  # half a core more than that displaced half of the run's core
+        (1, 20, 1.0),
+        (2, 10, 0.5),  # a 2-thread run leaves no core free
+        (4, 10, 0.5),  # more threads than cores: it computes on both, so the same
+    ],
+)
+def test_only_the_others_beyond_the_cores_a_run_leaves_free_count(
+    tmp_path, monkeypatch, threads, others_busy, expected
+):
+    """10 s on two cores: the others kept `others_busy` core-seconds busy."""
+    monkeypatch.setattr(cpu_share.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(cpu_share, "this_process_cores", lambda: {0, 1})
+    clock = {"wall": 0.0}
+    monkeypatch.setattr(cpu_share.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(cpu_share, "own_seconds", lambda: 0.0)
+    stat = tmp_path / "stat"
+    write_stat(stat, 0, 0)
+    share = OthersShare(threads=threads, stat=stat)
+    clock["wall"] = 10.0
+    write_stat(stat, others_busy * 50, others_busy * 50)
+    assert share.take() == pytest.approx(expected)
+
+
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc/stat")
 def test_a_busy_process_beside_this_one_is_seen():
-    """A process spinning on one core of this process's cores shows as its share of them."""
-    share = OthersShare()
+    """A process spinning on one core shows as that core's share of a run that computes on all
+    of them."""
+    share = OthersShare(threads=len(cpu_share.this_process_cores()))
     cores = len(share.cores)
     spin = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
     child = subprocess.Popen([sys.executable, "-c", spin])
@@ -96,13 +124,13 @@ def test_the_report_names_the_runs_that_shared_their_cores():
     notes = shared_cores_notes(runs)
     assert len(notes) == 2
     assert notes[0].startswith(
-        "shared cores: vanilla context 1,024 seed 1 (other processes used 6% of its cores"
+        "shared cores: vanilla context 1,024 seed 1 (other processes took 6% of its cores"
     )
     assert "runs/xl/ctx1024/seed0" in notes[1] and "30%" in notes[1]
 
     quiet = shared_cores_notes([run("vanilla", 0, 0.01), run("xl", 0, 0.004)])
     assert quiet == [
-        "cores: other processes used at most 1.0% of a run's cores while it trained (mean over "
+        "cores: other processes took at most 1.0% of a run's cores while it trained (mean over "
         "its training); a run above 5% would be named here."
     ]
     assert shared_cores_notes([run("vanilla", 0, None)]) == []  # runs from before it was logged
@@ -139,5 +167,5 @@ def test_compare_says_when_a_run_shared_its_cores(tmp_path, monkeypatch, capsys)
     args = ["compare", "vanilla", "--corpus", str(corpus), "--out", str(tmp_path / "cmp")]
     assert main([*args, "--no-progress", "--no-plots", *flags]) == 0
     said = capsys.readouterr().err
-    assert "[1/1] vanilla seed 0: other processes used 40% of its cores while it trained" in said
+    assert "[1/1] vanilla seed 0: other processes took 40% of its cores while it trained" in said
     assert "move " + str(tmp_path / "cmp" / "runs") in said
