@@ -90,7 +90,7 @@ def test_a_comparison_stopped_from_outside_stops_the_sequence(tmp_path):
     """`kill` of the running comparison alone (SIGTERM, exit 143, as when it is stopped in its
     final evaluation) stops the sequence, not only that comparison."""
     log, pid = tmp_path / "calls", tmp_path / "pid"
-    env = fake_formers(tmp_path, f'echo "$3" >> {log}; echo $$ > {pid}; sleep 5 & wait')
+    env = fake_formers(tmp_path, f'echo "$3" >> {log}; echo $$ > {pid}; exec sleep 5')
     process = subprocess.Popen(
         ["bash", str(SCRIPT), "xl-recurrence", "linformer-k"],
         env=env,

@@ -16,6 +16,7 @@ checkpoints.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from formers.bench.compare_spec import (
     SPEC_FILE,
     CompareSpec,
     eval_path,
+    evaluations_path,
     load_spec,
     memory_path,
     run_path,
@@ -159,7 +161,9 @@ def run_compare(
         arm, context, seed = key
         label = f"[{index}/{len(configs)}] {arm}{'' if context is None else f' context {context}'}"
         label += f" seed {seed}"
-        if not _train_one(cfg, run_path(out, arm, seed, context), label, corpus, result, progress):
+        run = run_path(out, arm, seed, context)
+        evaluations = evaluations_path(out, arm, seed, context)
+        if not _train_one(cfg, run, evaluations, label, corpus, result, progress):
             return result
         try:
             _evaluate_one(spec, out, key, label, corpus, progress)
@@ -171,14 +175,23 @@ def run_compare(
 
 
 def _train_one(
-    cfg: RunConfig, path: Path, label: str, corpus: Any, result: CompareResult, progress: bool
+    cfg: RunConfig,
+    path: Path,
+    evaluations: Path,
+    label: str,
+    corpus: Any,
+    result: CompareResult,
+    progress: bool,
 ) -> bool:
-    """Train (or resume, or skip) one run; False when it was interrupted."""
+    """Train (or resume, or skip) one run; False when it was interrupted. A run trained afresh
+    first drops any `evaluations` saved for its folder: they scored a run moved away."""
     if is_complete(path):
         _say(f"{label}: finished earlier, skipped")
         result.skipped.append(path)
         return True
     resume = latest_checkpoint(path) is not None
+    if not resume:
+        shutil.rmtree(evaluations, ignore_errors=True)
     _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
     trained = train(cfg, path, resume=resume, progress=progress, data=corpus)
     result.trained.append(path)

@@ -352,8 +352,9 @@ def shared_cores_notes(runs: list[dict[str, Any]]) -> list[str]:
     if not shared:
         most = max(r["others_cpu"]["mean"] for r in measured)
         return [
-            f"cores: other processes took at most {most:.1%} of a run's cores while it trained "
-            f"(mean over its training); a run above {SHARED_CORES:.0%} would be named here."
+            f"cores: other processes took at most {most:.1%} of a measured run's cores while it "
+            f"trained (mean over its training); a run above {SHARED_CORES:.0%} would be named "
+            "here."
         ]
     return [
         f"shared cores: {run_label(r)} (other processes took {r['others_cpu']['mean']:.0%} of "

@@ -393,8 +393,13 @@ def run_path(out: Path, arm: str, seed: int, context: int | None = None) -> Path
 
 def eval_path(out: Path, arm: str, seed: int, context: int | None, name: str) -> Path:
     """Where the result of one evaluation of one run is saved."""
+    return evaluations_path(out, arm, seed, context) / f"{name}.json"
+
+
+def evaluations_path(out: Path, arm: str, seed: int, context: int | None) -> Path:
+    """The folder of one run's evaluation results."""
     run = run_path(out, arm, seed, context).relative_to(Path(out) / RUNS_DIR)
-    return Path(out) / EVALS_DIR / run / f"{name}.json"
+    return Path(out) / EVALS_DIR / run
 
 
 def memory_path(out: Path, arm: str, context: int | None) -> Path:

@@ -72,13 +72,26 @@ def tokens_per_second(run_dir: Path) -> float | None:
 
 
 def others_cpu_share(run_dir: Path) -> dict[str, float] | None:
-    """How much of the run's cores other processes took while it trained: the mean and the
-    largest share over its logged windows (see formers.train.cpu_share), or None where the
-    trainer did not measure it."""
-    shares = [r["others_cpu"] for r in read_metrics(run_dir, "train") if "others_cpu" in r]
-    if not shares:
+    """How much of the run's cores other processes took while it trained (see
+    formers.train.cpu_share): the mean over its logged windows, each weighted by the training
+    seconds it covered, and the largest; None where the trainer did not measure it.
+
+    A run's first window is left out: it holds one step and the set-up around it (compile
+    workers, data loading), not the training the budget bought.
+    """
+    records = [r for r in read_metrics(run_dir, "train") if "others_cpu" in r]
+    windows = [
+        (after["seconds"] - before["seconds"], after["others_cpu"])
+        for before, after in zip(records, records[1:], strict=False)
+        if after["seconds"] > before["seconds"]
+    ]
+    seconds = sum(length for length, _ in windows)
+    if not seconds:
         return None
-    return {"mean": sum(shares) / len(shares), "max": max(shares)}
+    return {
+        "mean": sum(length * share for length, share in windows) / seconds,
+        "max": max(share for _, share in windows),
+    }
 
 
 def parameter_count(run_dir: Path) -> int | None:

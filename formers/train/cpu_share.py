@@ -35,7 +35,7 @@ def busy_seconds(cores: set[int], stat: Path = PROC_STAT) -> float | None:
         values = [int(v) for v in columns]
         ticks += sum(values[i] for i in BUSY_COLUMNS if i < len(values))
         seen += 1
-    if seen == 0:
+    if seen != len(cores):  # a core offline or numbered otherwise (a container): unknown
         return None
     return ticks / os.sysconf("SC_CLK_TCK")
 
@@ -78,5 +78,5 @@ class OthersShare:
             return None
         others = ((busy1 - busy0) - (own1 - own0)) / (wall1 - wall0)  # cores, on average
         spare = len(self.cores) - self.used
-        # the kernel's counters tick at 100 Hz, so a short window can come out a little below 0
+        # the counters are in 1/100 s, so a short window can come out a little below 0
         return min(1.0, max(0.0, (others - spare) / self.used))

@@ -174,18 +174,18 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     """Step until max_steps, the time budget or a signal; then save and evaluate the whole
     valid split."""
     tc = run.cfg.train
+    budget = tc.time_budget_seconds
+    # a run resumed with its budget spent takes no step: it was finished, or stopped during its
+    # final evaluation, which it then runs
+    spent = any_rank(budget is not None and run.seconds >= budget, run.env)
+    at_end = spent or run.state.step >= tc.max_steps
     # rank 0 reads the log and decides for all (another rank could read it half rewritten)
-    done = run.state.step >= tc.max_steps and run.env.is_main and is_finished(run.run_dir)
-    if run.state.step >= tc.max_steps and any_rank(done, run.env):
+    done = at_end and run.env.is_main and is_finished(run.run_dir)
+    if at_end and any_rank(done, run.env):
         finish(run, "finished")
         return TrainResult(run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, None,
                            False, "finished")  # fmt: skip
-    valid, stopped = None, "max_steps"
-    budget = tc.time_budget_seconds
-    # a run resumed with its budget spent (stopped during its final evaluation) takes no step
-    spent = any_rank(budget is not None and run.seconds >= budget, run.env)
-    if spent:
-        stopped = "time_budget"
+    valid, stopped = None, "time_budget" if spent else "max_steps"
     bar = progress_bar(run, progress)
     with StopSignal() as stop:
         while not spent and run.state.step < tc.max_steps:
@@ -349,8 +349,14 @@ def _restore(
         saved_step=state.step if checkpoint is not None else None,
         last_finite=last_logged_loss(run_dir, state.step) if checkpoint is not None else None,
         window={"tokens": 0.0, "start": time.perf_counter()},
-        others=OthersShare(torch.get_num_threads()) if env.world_size == 1 else None,
+        others=OthersShare(torch.get_num_threads()) if measures_cores(env) else None,
     )
+
+
+def measures_cores(env: distributed.Distributed) -> bool:
+    """Whether other processes' share of the cores says anything about the run's speed: a
+    single-process run on the CPU (ranks share cores by design; a GPU run hardly uses them)."""
+    return env.world_size == 1 and env.device.type == "cpu"
 
 
 def last_logged_loss(run_dir: Path, step: int) -> tuple[int, float] | None:

@@ -435,3 +435,19 @@ def test_a_folder_made_before_arms_had_names_reads_as_the_same_presets(corpus):
     now = CompareSpec(("vanilla", "primer-ez"), corpus=str(corpus), overrides=TINY)
     assert CompareSpec.from_dict(old) == now
     assert now.command().startswith("formers compare vanilla primer-ez --corpus ")
+
+
+def test_a_run_moved_away_is_trained_and_scored_again(tmp_path, corpus):
+    """Its evaluations scored the run moved away: the run trained in its place is scored anew."""
+    spec = write_spec(tmp_path / "s.yaml", corpus, arms=["vanilla"], evaluate=[{"name": "same"}])
+    out = tmp_path / "cmp"
+    assert compare(spec, out) == 0
+    scored = out / "evaluations/vanilla/seed0/same.json"
+    stale = json.loads(scored.read_text()) | {"splits": {"valid": {"loss": 123.0}}}
+    scored.write_text(json.dumps(stale))  # what a run trained otherwise would have scored
+    (out / "runs/vanilla/seed0").rename(tmp_path / "moved-away")
+
+    assert compare(spec, out) == 0
+    again = json.loads(scored.read_text())["splits"]["valid"]["loss"]
+    final = json.loads((out / "summary.json").read_text())["rows"][0]["final_valid_loss"]
+    assert again == pytest.approx(final, abs=1e-6)

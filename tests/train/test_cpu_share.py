@@ -4,8 +4,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from formers.bench import compare
 from formers.bench.compare_report import SHARED_CORES, shared_cores_notes
@@ -14,7 +16,7 @@ from formers.cli import main
 from formers.train import cpu_share, trainer
 from formers.train.config import run_config
 from formers.train.cpu_share import OthersShare, busy_seconds
-from formers.train.metrics import read_metrics
+from formers.train.metrics import MetricsLog, read_metrics
 
 # user nice system idle iowait irq softirq steal guest guest_nice, in ticks of 1/100 s
 STAT = """cpu  900 90 90 9000 900 9 9 9 0 0
@@ -41,6 +43,7 @@ def test_busy_time_counts_all_but_idle_and_iowait_on_the_chosen_cores(tmp_path, 
     assert busy_seconds({1}, stat) == pytest.approx((800 + 80 + 70 + 8 + 7 + 6) / 100)
     assert busy_seconds({0, 1}, stat) == pytest.approx(1.36 + 9.71)
     assert busy_seconds({5}, stat) is None  # a core the file does not list
+    assert busy_seconds({0, 5}, stat) is None  # not a part of the cores' time either
     assert busy_seconds({0}, tmp_path / "missing") is None
 
 
@@ -101,16 +104,36 @@ def test_only_the_others_beyond_the_cores_a_run_leaves_free_count(
 def test_a_busy_process_beside_this_one_is_seen():
     """A process spinning on one core shows as that core's share of a run that computes on all
     of them."""
-    share = OthersShare(threads=len(cpu_share.this_process_cores()))
-    cores = len(share.cores)
-    spin = "import time\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
-    child = subprocess.Popen([sys.executable, "-c", spin])
+    spin = "import time\nend = time.time() + 2\nprint(flush=True)\nwhile time.time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
     try:
+        child.stdout.readline()  # it has started and spins
+        share = OthersShare(threads=len(cpu_share.this_process_cores()))
         time.sleep(1.0)  # this process sleeps: what the cores do is the child's
         seen = share.take()
     finally:
         child.wait()
-    assert seen is not None and seen > 0.6 / cores
+    assert seen is not None and seen > 0.5 / len(share.cores)
+
+
+def test_the_mean_weighs_each_window_by_its_training_time_and_leaves_out_the_first(tmp_path):
+    log = MetricsLog(tmp_path, tensorboard=False)
+    for step, seconds, share in [(1, 1.0, 0.9), (2, 3.0, 0.1), (4, 9.0, 0.4)]:
+        log.log("train", step, loss=1.0, seconds=seconds, others_cpu=share)
+    log.log("train", 5, loss=1.0, seconds=10.0)  # a record without it (measured elsewhere)
+    log.close()
+    assert others_cpu_share(tmp_path) == {
+        "mean": pytest.approx((2 * 0.1 + 6 * 0.4) / 8),
+        "max": 0.4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("world_size", "device", "measured"), [(1, "cpu", True), (2, "cpu", False), (1, "cuda", False)]
+)
+def test_only_a_single_process_on_the_cpu_measures_its_cores(world_size, device, measured):
+    env = SimpleNamespace(world_size=world_size, device=torch.device(device))
+    assert trainer.measures_cores(env) is measured
 
 
 def run(arm: str, seed: int, mean: float | None) -> dict:
@@ -130,8 +153,8 @@ def test_the_report_names_the_runs_that_shared_their_cores():
 
     quiet = shared_cores_notes([run("vanilla", 0, 0.01), run("xl", 0, 0.004)])
     assert quiet == [
-        "cores: other processes took at most 1.0% of a run's cores while it trained (mean over "
-        "its training); a run above 5% would be named here."
+        "cores: other processes took at most 1.0% of a measured run's cores while it trained "
+        "(mean over its training); a run above 5% would be named here."
     ]
     assert shared_cores_notes([run("vanilla", 0, None)]) == []  # runs from before it was logged
 
@@ -149,9 +172,8 @@ def test_every_train_record_carries_the_share_and_compare_reads_it_back(tmp_path
     trainer.train(run_config("vanilla", overrides), tmp_path / "run", progress=False)
     records = read_metrics(tmp_path / "run", "train")
     assert [r["step"] for r in records] == [1, 2, 4, 6]
-    shares = [r["others_cpu"] for r in records]
-    assert all(0.0 <= s <= 1.0 for s in shares)
-    assert others_cpu_share(tmp_path / "run") == {"mean": sum(shares) / 4, "max": max(shares)}
+    assert all(0.0 <= r["others_cpu"] <= 1.0 for r in records)
+    assert others_cpu_share(tmp_path / "run")["max"] == max(r["others_cpu"] for r in records[1:])
 
 
 def test_compare_says_when_a_run_shared_its_cores(tmp_path, monkeypatch, capsys):

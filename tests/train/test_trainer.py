@@ -106,6 +106,10 @@ def test_a_run_stopped_in_its_final_evaluation_resumes_without_another_step(
     assert [r["step"] for r in read_metrics(tmp_path / "run", "train")][-1] == saved
     assert read_metrics(tmp_path / "run", "valid")[-1]["final"]
 
+    again = trainer.train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert again.stopped == "finished" and again.step == saved  # nothing to do: no evaluation
+    assert sum(bool(r.get("final")) for r in read_metrics(tmp_path / "run", "valid")) == 1
+
 
 def test_run_folder_contents(tmp_path, corpus_file):
     trainer.train(tiny_run(corpus_file, max_steps=3), tmp_path / "run", progress=False)
