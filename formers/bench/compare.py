@@ -206,11 +206,14 @@ def _train_one(
     )
     others = others_cpu_share(path)
     if others is not None and others["mean"] > SHARED_CORES:
-        _say(
-            f"{label}: other processes took {others['mean']:.0%} of its cores while it trained, "
-            f"so its speed and steps are understated: move {path} away and run the same command "
-            "to train it again alone"
-        )
+        took = f"{label}: other processes took {others['mean']:.0%} of its cores while it trained"
+        if cfg.train.time_budget_seconds is None:  # a fixed number of steps: the same losses
+            _say(f"{took}, so its tokens/s describe a shared machine (its losses do not)")
+        else:
+            _say(
+                f"{took}, so its speed and steps are understated: move {path} away and run the "
+                "same command to train it again alone"
+            )
     return True
 
 

@@ -21,6 +21,7 @@ from formers.bench.run_metrics import (
     final_valid,
     others_cpu_share,
     parameter_count,
+    time_budgeted,
     tokens_per_second,
     valid_curve,
 )
@@ -80,6 +81,7 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
         "params": parameter_count(path),
         "tokens_per_s": tokens_per_second(path),
         "others_cpu": others_cpu_share(path),
+        "time_budget": time_budgeted(path),
         "peak_train_memory_bytes": memory.get("peak_train_memory_bytes"),
         "steps": last.get("step"),
         "train_seconds": last.get("seconds"),
@@ -356,13 +358,22 @@ def shared_cores_notes(runs: list[dict[str, Any]]) -> list[str]:
             f"trained (mean over its training); a run above {SHARED_CORES:.0%} would be named "
             "here."
         ]
-    return [
-        f"shared cores: {run_label(r)} (other processes took {r['others_cpu']['mean']:.0%} of "
-        f"its cores while it trained): its tokens/s, steps and time to baseline understate the "
-        f"arm. Move {r['run_dir']} (in the comparison folder) away and run the same command "
-        "to train it again alone."
-        for r in shared
-    ]
+    return [f"shared cores: {run_label(r)} {shared_cores_effect(r)}" for r in shared]
+
+
+def shared_cores_effect(run: dict[str, Any]) -> str:
+    """What sharing its cores did to a run, and what to do about it."""
+    took = f"(other processes took {run['others_cpu']['mean']:.0%} of its cores while it trained)"
+    if not run.get("time_budget"):
+        return (
+            f"{took}: its tokens/s and train seconds describe a shared machine; its losses do "
+            "not depend on it (it trained a fixed number of steps)."
+        )
+    return (
+        f"{took}: its tokens/s, steps and time to baseline understate the arm. Move "
+        f"{run['run_dir']} (in the comparison folder) away and run the same command to train it "
+        "again alone."
+    )
 
 
 def run_label(run: dict[str, Any]) -> str:

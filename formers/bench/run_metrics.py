@@ -94,6 +94,13 @@ def others_cpu_share(run_dir: Path) -> dict[str, float] | None:
     }
 
 
+def time_budgeted(run_dir: Path) -> bool:
+    """Whether the run trained for a time budget (so that its steps depended on the machine),
+    from its saved config.json."""
+    saved = Path(run_dir) / "config.json"
+    return saved.exists() and json.loads(saved.read_text())["train"].get("time_budget") is not None
+
+
 def parameter_count(run_dir: Path) -> int | None:
     """Parameters of the run's model (shared weights once), from its saved config.json."""
     saved = Path(run_dir) / "config.json"

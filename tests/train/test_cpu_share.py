@@ -136,10 +136,10 @@ def test_only_a_single_process_on_the_cpu_measures_its_cores(world_size, device,
     assert trainer.measures_cores(env) is measured
 
 
-def run(arm: str, seed: int, mean: float | None) -> dict:
+def run(arm: str, seed: int, mean: float | None, time_budget: bool = True) -> dict:
     others = None if mean is None else {"mean": mean, "max": 2 * mean}
     return {"arm": arm, "context": 1024, "seed": seed, "others_cpu": others,
-            "run_dir": f"runs/{arm}/ctx1024/seed{seed}"}  # fmt: skip
+            "run_dir": f"runs/{arm}/ctx1024/seed{seed}", "time_budget": time_budget}  # fmt: skip
 
 
 def test_the_report_names_the_runs_that_shared_their_cores():
@@ -157,6 +157,13 @@ def test_the_report_names_the_runs_that_shared_their_cores():
         "(mean over its training); a run above 5% would be named here."
     ]
     assert shared_cores_notes([run("vanilla", 0, None)]) == []  # runs from before it was logged
+
+    fixed_steps = shared_cores_notes([run("vanilla", 0, 0.4, time_budget=False)])
+    assert fixed_steps == [
+        "shared cores: vanilla context 1,024 seed 0 (other processes took 40% of its cores while "
+        "it trained): its tokens/s and train seconds describe a shared machine; its losses do not "
+        "depend on it (it trained a fixed number of steps)."
+    ]
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux's /proc/stat")
@@ -183,6 +190,7 @@ def test_compare_says_when_a_run_shared_its_cores(tmp_path, monkeypatch, capsys)
     tiny = {
         "model.n_layers": 1, "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 64,
         "train.batch_size": 2, "train.seq_len": 16, "train.max_steps": 2, "train.eval_every": 0,
+        "train.time_budget": "1h",  # its steps depend on the machine (2 come first here)
         "train.save_every": 0, "train.warmup_steps": 1, "train.precision": "fp32",
     }  # fmt: skip
     flags = [f"--{k}={v}" for k, v in tiny.items()]
@@ -191,3 +199,9 @@ def test_compare_says_when_a_run_shared_its_cores(tmp_path, monkeypatch, capsys)
     said = capsys.readouterr().err
     assert "[1/1] vanilla seed 0: other processes took 40% of its cores while it trained" in said
     assert "move " + str(tmp_path / "cmp" / "runs") in said
+
+    flags = [f for f in flags if "time_budget" not in f]  # a fixed number of steps
+    assert main([*args[:-1], str(tmp_path / "steps"), "--no-progress", "--no-plots", *flags]) == 0
+    said = capsys.readouterr().err
+    assert "its tokens/s describe a shared machine (its losses do not)" in said
+    assert "move " not in said
