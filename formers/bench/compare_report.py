@@ -288,13 +288,21 @@ def table(
                 _num(r["train_seconds"], ".1f"),
                 _num(r["best_valid_loss"], ".4f"),
                 _num(r["final_valid_loss"], ".4f"),
-                _num(r["final_bits_per_token"], ".4f"),
+                _num(final_bits(r, unit), ".4f"),
                 _num(r["final_perplexity"], ",.2f"),
                 *_reach_cells(r["reach"]),
                 *eval_cells(r, columns or []),
             ]
         )
     return Table(caption, header, cells)
+
+
+def final_bits(row: dict[str, Any], unit: str | None) -> float | None:
+    """The final bits in the unit the column names: per byte over the split's UTF-8 bytes on a
+    byte corpus (bits per token counts one target fewer), per token otherwise."""
+    if unit == "byte" and row["final_bits_per_byte"] is not None:
+        return row["final_bits_per_byte"]
+    return row["final_bits_per_token"]
 
 
 def context_table(summary: dict[str, Any], columns: list[EvalColumn]) -> Table:
@@ -312,7 +320,7 @@ def context_table(summary: dict[str, Any], columns: list[EvalColumn]) -> Table:
             )
             line += [
                 _num(r["final_valid_loss"], ".4f"),
-                _num(r["final_bits_per_token"], ".4f"),
+                _num(final_bits(r, summary["unit"]), ".4f"),
                 _num(r["tokens_per_s"], ",.0f"),
                 _mib(r["peak_train_memory_bytes"]),
                 _num(r["steps"], ".0f"),

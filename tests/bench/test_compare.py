@@ -97,6 +97,8 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
         assert [p["step"] for p in run["valid_curve"]] == [4, 8, 12]
         assert run["final_valid_loss"] == pytest.approx(run["valid_curve"][-1]["loss"])
     assert summary["runs"][0]["reach"]["reached"]
+    for row in summary["rows"]:  # over the split's bytes, not its targets (one fewer)
+        assert rows[row["arm"]][9] == f"{row['final_bits_per_byte']:.4f}"
     assert summary["runs"][1]["params"] != summary["runs"][0]["params"]
 
     for name in PLOTS:
