@@ -391,14 +391,19 @@ def run_label(run: dict[str, Any]) -> str:
 
 def evaluation_note(evaluation: dict[str, Any]) -> str:
     """What an evaluation's columns scored, in the spec's words."""
-    settings = {k: v for k, v in evaluation.items() if k not in ("name", "splits", "average")}
+    skipped = ("name", "splits", "average", "max_tokens")
+    settings = {k: v for k, v in evaluation.items() if k not in skipped}
     described = ", ".join(f"{k} {v}" for k, v in settings.items()) or "training's settings"
     source = "the final checkpoint"
     if evaluation.get("average", 0) > 1:
         source = f"the mean of the last {evaluation['average']} checkpoints"
+    splits = " and ".join(evaluation["splits"])
+    scored = f"the whole {splits} split"
+    if evaluation.get("max_tokens") is not None:
+        scored = f"the first {evaluation['max_tokens']:,} tokens of the {splits} split"
     return (
-        f"{evaluation['name']}: the whole {' and '.join(evaluation['splits'])} split scored from "
-        f"{source} after training, with {described} (at the run's device and precision)."
+        f"{evaluation['name']}: {scored} scored from {source} after training, with {described} "
+        "(at the run's device and precision)."
     )
 
 

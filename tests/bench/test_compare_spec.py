@@ -451,3 +451,17 @@ def test_a_run_moved_away_is_trained_and_scored_again(tmp_path, corpus):
     again = json.loads(scored.read_text())["splits"]["valid"]["loss"]
     final = json.loads((out / "summary.json").read_text())["rows"][0]["final_valid_loss"]
     assert again == pytest.approx(final, abs=1e-6)
+
+
+def test_an_evaluation_note_says_how_much_of_the_split_it_scored():
+    from formers.bench.compare_report import evaluation_note
+
+    prefix = {"name": "e", "splits": ["valid", "test"], "batch_size": 16, "max_tokens": 200000}
+    assert evaluation_note(prefix) == (
+        "e: the first 200,000 tokens of the valid and test split scored from the final checkpoint "
+        "after training, with batch_size 16 (at the run's device and precision)."
+    )
+    assert evaluation_note({"name": "w", "splits": ["valid"]}).startswith(
+        "w: the whole valid split scored from the final checkpoint after training, with "
+        "training's settings"
+    )
