@@ -15,6 +15,7 @@ checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -59,9 +60,12 @@ class CompareResult:
 
 
 def check_folder(spec: CompareSpec, out: Path) -> bool:
-    """Whether `out` already holds this comparison; raises if it holds another one."""
+    """Whether `out` already holds this comparison, or the same with fewer seeds (the seeds
+    the spec adds train beside the runs it holds); raises if it holds another one."""
     if (out / SPEC_FILE).exists():
         saved = load_spec(out)
+        if set(saved.seeds) <= set(spec.seeds):
+            saved = dataclasses.replace(saved, seeds=spec.seeds)
         diffs = spec_differences(saved, spec)
         if diffs:
             # its own spec file may have changed since: the folder's copy is what it ran
@@ -80,8 +84,9 @@ def check_folder(spec: CompareSpec, out: Path) -> bool:
 
 
 def prepare_folder(spec: CompareSpec, out: Path) -> None:
-    """Save the spec in a new folder, or check that an existing folder holds the same one."""
-    if check_folder(spec, out):
+    """Save the spec in a new folder, or check that an existing folder holds the same one
+    (saved again when the spec adds seeds)."""
+    if check_folder(spec, out) and load_spec(out).seeds == spec.seeds:
         return
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -429,6 +429,26 @@ def test_a_folder_continues_with_its_saved_spec_after_the_spec_file_changed(
     assert "seeds: 0 -> 1" in err and f"--spec {out / 'compare.json'} --out {out}" in err
 
 
+def test_a_spec_that_adds_seeds_trains_only_those_and_keeps_the_runs_it_had(
+    tmp_path, corpus, capsys
+):
+    out = tmp_path / "cmp"
+    assert compare(write_spec(tmp_path / "one.yaml", corpus, arms=["vanilla"]), out) == 0
+    trained = (out / "runs/vanilla/seed0/metrics.jsonl").read_text()
+    two = write_spec(tmp_path / "two.yaml", corpus, arms=["vanilla"], seeds=[0, 1])
+    assert compare(two, out) == 0
+    assert (out / "runs/vanilla/seed0/metrics.jsonl").read_text() == trained  # not trained again
+    assert (out / "runs/vanilla/seed1/metrics.jsonl").exists()
+    assert json.loads((out / "compare.json").read_text())["seeds"] == [0, 1]
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(run["seed"] for run in summary["runs"]) == [0, 1]
+    capsys.readouterr()
+    # a seed left out would drop runs from the report: refused, naming the change
+    fewer = write_spec(tmp_path / "fewer.yaml", corpus, arms=["vanilla"], seeds=[1])
+    assert compare(fewer, out) == 2
+    assert "seeds: 0 1 -> 1" in capsys.readouterr().err
+
+
 def test_a_folder_made_before_arms_had_names_reads_as_the_same_presets(corpus):
     old = {"presets": ["vanilla", "primer-ez"], "corpus": str(corpus), "seeds": [0],
            "overrides": TINY}  # fmt: skip
