@@ -339,9 +339,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
     return [
         "tokens/s: median over the logged training windows; train s: the trainer's clock "
         "(evaluation excluded).",
-        "peak train MiB: the most bytes held by live tensors during one training step at the "
-        "run's batch size and context (weights, optimizer state, activations; measured as "
-        "formers bench does, once per arm and context; not process RSS).",
+        memory_note(summary["runs"]),
         f"best valid loss: the lowest of the evals scored on {scored} (the periodic ones, and "
         "the final one when it scores as many); final: the whole valid split after training; "
         "losses in nats per token.",
@@ -351,6 +349,21 @@ def notes(summary: dict[str, Any]) -> list[str]:
         *map(evaluation_note, summary["spec"]["evaluate"]),
         *shared_cores_notes(summary["runs"]),
     ]
+
+
+def memory_note(runs: list[dict[str, Any]]) -> str:
+    """How peak training memory is measured, and why a run has none."""
+    note = (
+        "peak train MiB: the most bytes held by live tensors during one training step at the "
+        "run's batch size and context (weights, optimizer state, activations; measured as "
+        "formers bench does, once per arm and context; not process RSS)."
+    )
+    if any(r["peak_train_memory_bytes"] is None for r in runs):
+        note += (
+            " –: not measured; formers bench's training step is a language model's, "
+            "so encoder–decoder runs have none."
+        )
+    return note
 
 
 def shared_cores_notes(runs: list[dict[str, Any]]) -> list[str]:

@@ -71,6 +71,7 @@ def test_arms_have_their_own_overrides_names_and_folders(tmp_path, corpus, capsy
     assert compare(spec, out) == 0
     report = (out / "report.md").read_text()
     assert report.startswith("# vanilla, window-4 on ")
+    assert "not measured" not in report  # both runs have their peak memory
     assert "Baseline: vanilla." in report
     rows = table(report)
     assert list(rows)[1:] == ["vanilla", "window-4"]
@@ -411,8 +412,12 @@ def test_a_translation_evaluation_scores_bleu_from_averaged_checkpoints(tmp_path
     # the mean of steps 2 and 4 is another model than step 4's
     assert abs(scored["loss"] - row["evaluations"]["final"]["valid"]["loss"]) > 1e-4
     assert (out / "evaluations/transformer/seed0/bleu-avg2/checkpoints").is_dir()
-    cells = table((out / "report.md").read_text())
+    report = (out / "report.md").read_text()
+    cells = table(report)
     assert cells["header"][-2:] == ["final valid BLEU", "bleu valid BLEU"]
+    # the memory cell of a translation run is empty, and the notes say why
+    assert cells["transformer"][cells["header"].index("peak train MiB")] == "–"
+    assert "–: not measured; formers bench's training step is a language model's" in report
     assert cells["transformer"][-1] == f"{scored['bleu']:.2f}"
 
 
