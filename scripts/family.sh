@@ -3,7 +3,7 @@
 # claims. Each spec experiments/NAME.yaml trains into runs/NAME; a comparison resumes itself, so
 # after a stop (Ctrl-C, a reboot) the same command skips what is finished and continues.
 #
-#   mkdir -p runs && nohup bash scripts/family.sh > runs/family.log 2>&1 &   # all: about 12 hours
+#   mkdir -p runs && nohup bash scripts/family.sh > runs/family.log 2>&1 &   # all: about 10 hours
 #   bash scripts/family.sh xl-recurrence linformer-k                        # only these specs
 #
 # A spec whose header command runs on one thread (OMP_NUM_THREADS=1) runs on one thread here
