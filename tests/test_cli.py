@@ -150,3 +150,15 @@ def test_a_closed_stdout_ends_the_command_quietly(unbuffered):
         os.close(write_end)
     assert result.stderr == ""
     assert result.returncode == 128 + signal.SIGPIPE
+
+
+def test_eval_of_part_of_a_byte_split_reports_its_bits_per_byte(tmp_path, corpus):
+    # each byte token is one byte of text, so a part of the split has bits per byte too
+    run = tmp_path / "run"
+    formers(
+        "train", "--run-dir", run, "--train.corpus", corpus, "--train.tokenizer", "byte",
+        "--train.max_steps", "1", *TINY,
+    )  # fmt: skip
+    part = json.loads(formers("eval", run, "--max-tokens", "200", "--no-progress").stdout)
+    assert part["unit"] == "byte" and part["tokens"] == 200
+    assert part["bits_per_byte"] == pytest.approx(part["bits_per_token"], rel=1e-12)

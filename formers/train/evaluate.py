@@ -27,7 +27,7 @@ class EvalResult:
     tokens: int  # tokens scored
     perplexity: float
     bits_per_token: float  # = bits per character / byte for char and byte tokenizers
-    bits_per_byte: float | None  # over the split's UTF-8 bytes, when the whole split was scored
+    bits_per_byte: float | None  # over the UTF-8 bytes scored: the whole split, or byte tokens
     metrics: dict[str, float] = field(default_factory=dict)  # the model's, mean over batches
 
     def as_dict(self) -> dict[str, float | int | None]:
@@ -53,6 +53,7 @@ def evaluate(
     context_len: int = 0,
     max_tokens: int | None = None,
     split_bytes: int | None = None,
+    tokens_are_bytes: bool = False,
     device: torch.device | str = "cpu",
     autocast: AbstractContextManager | None = None,
     progress: bool = False,
@@ -71,6 +72,8 @@ def evaluate(
         context_len: extra left context per window (ignored by memory models).
         max_tokens: score only the first `max_tokens` targets (a quick estimate).
         split_bytes: UTF-8 bytes of the whole split, for bits per byte.
+        tokens_are_bytes: each token is one byte (a byte tokenizer), so bits per byte is known
+            for a part of the split too.
         device: where to run.
         autocast: a context manager for mixed precision, or None.
         progress: show a progress bar (on stderr) over the scored tokens.
@@ -124,6 +127,8 @@ def evaluate(
     bits_per_byte = None
     if whole and split_bytes:
         bits_per_byte = total / math.log(2) / split_bytes
+    elif tokens_are_bytes:  # the scored tokens are the scored bytes
+        bits_per_byte = loss / math.log(2)
     return EvalResult(
         loss=loss,
         tokens=count,

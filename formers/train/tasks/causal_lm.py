@@ -122,6 +122,7 @@ class CausalLMTask(Task):
             context_len=context_len,
             max_tokens=max_tokens,
             split_bytes=self.data.bytes_per_split.get(split),
+            tokens_are_bytes=self.data.unit == "byte",
             device=device,
             autocast=autocast,
             progress=progress,
