@@ -5,8 +5,7 @@ inputs, memory — counted by storage) plus the highest rise of allocated tensor
 it (activations, gradients, temporaries). It is what `torch.cuda.max_memory_allocated` reports,
 not the process's resident set: allocator caches, the interpreter and libraries are left out.
 CUDA reads the rise from its allocator's statistics; the CPU allocator keeps none, so the rise
-is rebuilt from the profiler's allocation records, each carrying the running total allocated
-since profiling began.
+is rebuilt from the profiler's records of the call's own allocations and frees.
 """
 
 from __future__ import annotations
@@ -58,13 +57,28 @@ def peak_rise_bytes(fn: Callable[[], object], device: torch.device) -> int | Non
         events = prof.profiler.kineto_results.experimental_event_tree()
     except AttributeError:  # the (experimental) event tree moved: report no number
         return None
-    peak, stack = 0, list(events)
+    records, stack = [], list(events)
     while stack:
         event = stack.pop()
         fields = event.extra_fields
         if type(fields).__name__ == "_ExtraFields_Allocation" and fields.device.type == "cpu":
-            peak = max(peak, fields.total_allocated)
+            records.append((event.start_time_ns, fields.alloc_size))
         stack.extend(event.children)
+    return highest_running_sum(size for _, size in sorted(records))
+
+
+def highest_running_sum(sizes: Iterable[int]) -> int:
+    """The highest point of a running total that starts at 0 (allocations add their size, frees
+    subtract it), or 0 if it never rises.
+
+    The records' own running total (`total_allocated`) is not used: it starts at the process's
+    first profiled call, so it still holds blocks that an earlier measured call allocated and
+    that were freed while nothing was profiled, and a measure would depend on what ran before.
+    """
+    now = peak = 0
+    for size in sizes:
+        now += size
+        peak = max(peak, now)
     return peak
 
 

@@ -13,7 +13,7 @@ from helpers import tiny_config
 import formers
 from formers.bench import flops
 from formers.bench.hardware import matmul_flops_per_second
-from formers.bench.memory import peak_bytes, peak_rise_bytes, tensor_bytes
+from formers.bench.memory import highest_running_sum, peak_bytes, peak_rise_bytes, tensor_bytes
 from formers.bench.workloads import GenerateStep, TrainStep
 from formers.cli import main
 
@@ -153,6 +153,23 @@ def test_peak_memory_counts_live_tensors_once_plus_the_rise():
     assert peak_rise_bytes(lambda: torch.ones(2**20, dtype=torch.uint8).sum(), cpu) >= 2**20
     peak = peak_bytes(lambda: (torch.ones(2**18) * 2).sum(), [weight], cpu)
     assert peak >= 4000 + 2 * 4 * 2**18  # two 1 MiB float tensors live at once
+
+
+def test_a_measured_rise_does_not_depend_on_what_earlier_measured_calls_held():
+    # a block allocated while one call was measured and freed after it is no longer held: a
+    # later call's rise must not count it (the profiler's own running total still does)
+    cpu, kept = torch.device("cpu"), []
+    small = lambda: torch.ones(2**18).sum()  # noqa: E731 - a 1 MiB temporary
+    alone = peak_rise_bytes(small, cpu)
+    assert peak_rise_bytes(lambda: kept.append(torch.ones(25 * 2**20 // 4)), cpu) >= 25 * 2**20
+    kept.clear()  # 25 MiB freed between the measured calls
+    assert peak_rise_bytes(small, cpu) == alone
+
+
+def test_the_rise_is_the_highest_point_of_the_calls_own_allocations_less_its_frees():
+    assert highest_running_sum([5, -3, 4, -10, 2]) == 6
+    assert highest_running_sum([-8, 3]) == 0  # it frees what was held before: no rise
+    assert highest_running_sum([]) == 0
 
 
 @pytest.mark.parametrize(
