@@ -34,6 +34,8 @@ class BenchSettings:
         sweep: sequence lengths of the length sweep (empty: none).
         sweep_time_limit: seconds one sweep point (a preset at a length) may take, projected
             from its first calls; a preset over it is not run at longer lengths.
+        sweep_fresh_process: measure each sweep length in a fresh process of its own, so that
+            no length's numbers depend on what ran before it in this one.
         matmul_size: n of the n×n matmuls that measure the machine's rate (None: by device).
         seed: seeds weights and data.
     """
@@ -49,6 +51,7 @@ class BenchSettings:
     warmup: int = 1
     sweep: tuple[int, ...] = ()
     sweep_time_limit: float = 600.0
+    sweep_fresh_process: bool = True
     matmul_size: int | None = None
     seed: int = 0
 

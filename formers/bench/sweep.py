@@ -14,12 +14,17 @@ layers stays the same, and what changes with length is the attention's.
 A preset that runs out of memory at a length, or whose point would take longer than the time
 limit (projected from its first training step and inference call), is marked so there and not
 run at longer lengths; the others go on.
+
+Each length is measured in a fresh process of its own (`formers.bench.fresh_process`), so that
+no point's numbers depend on the lengths measured before it: in one process that had run every
+shorter length, the longest points trained markedly slower than the same points run alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 import torch
 
 from formers.bench import flops
+from formers.bench.fresh_process import ProcessKilled, call_in_fresh_process
 from formers.bench.memory import peak_bytes
 from formers.bench.settings import BenchSettings
 from formers.bench.timing import interleaved, time_call
@@ -287,6 +293,51 @@ def measure_length(
     return points
 
 
+def records_at_length(
+    configs: Mapping[str, ModelConfig],
+    seq_len: int,
+    batch: int,
+    settings: BenchSettings,
+    device: torch.device,
+    precision: str,
+    matmul_rate: float,
+    log: Log,
+) -> dict[str, dict[str, Any]]:
+    """preset -> the JSON record of its point at one length (`measure_length`)."""
+    points = measure_length(configs, seq_len, batch, settings, device, precision, log)
+    return {point.preset: _record(point, matmul_rate) for point in points}
+
+
+def _measure(
+    configs: Mapping[str, ModelConfig],
+    seq_len: int,
+    batch: int,
+    settings: BenchSettings,
+    device: torch.device,
+    precision: str,
+    log: Log,
+    matmul_rate: float,
+) -> dict[str, dict[str, Any]]:
+    """`records_at_length`, in a fresh process of its own where the settings ask for one. A
+    process killed before it answers (the kernel's out-of-memory killer sends SIGKILL) marks
+    every preset of that length out of memory, and the sweep ends with what it has."""
+    args = (configs, seq_len, batch, settings, device, precision, matmul_rate)
+    if not settings.sweep_fresh_process:
+        return records_at_length(*args, log=log)
+    try:
+        return call_in_fresh_process(records_at_length, *args, log=log)
+    except ProcessKilled as killed:
+        if killed.exit_code != -signal.SIGKILL:
+            raise
+        log(f"  {killed}")
+        failed = [
+            _Point(name, at_length(cfg, seq_len), seq_len, batch) for name, cfg in configs.items()
+        ]
+        for point in failed:
+            point.fail(OUT_OF_MEMORY, str(killed))
+        return {point.preset: _record(point, matmul_rate) for point in failed}
+
+
 def _free(device: torch.device) -> None:
     """Hand back the memory of dropped models (and of a failed allocation's partial work)."""
     gc.collect()
@@ -331,13 +382,10 @@ def run_sweep(
             f"sweep {i}/{len(lengths)}: seq_len {length}, batch {batch}, "
             f"{len(live)} presets ({time.perf_counter() - start:.0f} s so far) ..."
         )
-        points = {
-            p.preset: p
-            for p in measure_length(live, length, batch, settings, device, precision, log)
-        }
+        measured = _measure(live, length, batch, settings, device, precision, log, matmul_rate)
         for name, cfg in configs.items():
-            if name in points:
-                record = _record(points[name], matmul_rate)
+            if name in measured:
+                record = measured[name]
                 if record["status"] != OK:
                     stopped[name] = record
             else:
@@ -347,6 +395,7 @@ def run_sweep(
     return {
         "tokens_per_batch": tokens,
         "batch_rule": BATCH_RULE,
+        "fresh_process_per_length": settings.sweep_fresh_process,
         "time_limit_seconds": settings.sweep_time_limit,
         "presets": {
             name: {"attention": cfg.attention.kind, "arch": cfg.arch}

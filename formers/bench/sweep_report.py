@@ -98,8 +98,8 @@ def sweep_text(sweep: Mapping[str, Any]) -> list[str]:
     """The sweep's lines of the text report: heading, both tables and how to read them."""
     return [
         f"sequence-length sweep, {sweep['tokens_per_batch']} tokens per batch "
-        f"({sweep['batch_rule']}); 'vs full': over full attention of the same model shape "
-        "at that length:",
+        f"({sweep['batch_rule']}){_where(sweep)}; 'vs full': over full attention of the same "
+        "model shape at that length:",
         "",
         sweep_table(sweep),
         "",
@@ -110,6 +110,13 @@ def sweep_text(sweep: Mapping[str, Any]) -> list[str]:
         "",
         crossing_table(sweep),
     ]
+
+
+def _where(sweep: Mapping[str, Any]) -> str:
+    fresh = sweep.get("fresh_process_per_length")  # absent from reports written before it
+    if fresh is None:
+        return ""
+    return "; each length in a fresh process" if fresh else "; every length in one process"
 
 
 def _legend(sweep: Mapping[str, Any], preset: str) -> str:

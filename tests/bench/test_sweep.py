@@ -4,11 +4,13 @@ length from which a kind overtakes full attention. Tiny models; no timing is ass
 through stand-in clocks."""
 
 import dataclasses
+import signal
 
 import pytest
 import torch
 
 from formers.bench import sweep
+from formers.bench.fresh_process import ProcessKilled
 from formers.bench.measure import sweep_configs
 from formers.bench.settings import BenchSettings
 from formers.bench.sweep import faster_from, run_sweep
@@ -30,10 +32,13 @@ def one_thread():
 
 
 def settings(**changes) -> BenchSettings:
+    """Tiny models at 64, 128 and 256 tokens, measured in this process (where the tests' stand-ins
+    reach them) unless `sweep_fresh_process=True` is given."""
     base = BenchSettings(
         overrides=TINY, seq_len=64, batch_size=1, repeats=1, warmup=0, precision="fp32"
     )
-    return dataclasses.replace(base, **{"device": "cpu", "sweep": (64, 128, 256), **changes})
+    defaults = {"device": "cpu", "sweep": (64, 128, 256), "sweep_fresh_process": False}
+    return dataclasses.replace(base, **{**defaults, **changes})
 
 
 def sweep_of(s: BenchSettings, lines: list[str] | None = None) -> dict:
@@ -63,6 +68,7 @@ def test_every_attention_kind_runs_at_every_length_against_full_attention_of_its
     table = "\n".join(sweep_text(result)).split("where each kind overtakes")[0]
     assert sum(line.startswith("| ") for line in table.splitlines()) == 2 + len(points)
     assert sum("sweep 3/3: seq_len 256" in line for line in lines) == 1  # progress, per length
+    assert "; every length in one process;" in sweep_text(result)[0]
 
 
 def sweep_notes(result: dict) -> dict[tuple[str, str], str]:
@@ -123,6 +129,47 @@ def test_a_kind_out_of_memory_stops_there_and_the_others_go_on(
     assert notes["xl (transformer-xl)", "128"] == "out of memory"
     assert notes["xl (transformer-xl)", "256"] == "not run: out of memory at 128"
     assert notes["vanilla (vanilla)", "256"] == ""
+
+
+def test_each_length_is_measured_in_a_fresh_process_that_nothing_here_reaches(monkeypatch):
+    # a stand-in here that makes transformer-xl run out of memory at every length must not
+    # reach the processes that measure (a fork, or this process, would carry it)
+    fail_xl_from(64, MemoryError(), monkeypatch)
+    lines: list[str] = []
+    s = settings(presets=("vanilla", "transformer-xl"), sweep=(64, 128), sweep_fresh_process=True)
+    result = sweep_of(s, lines)
+    assert result["fresh_process_per_length"] is True
+    assert {run["status"] for run in result["runs"]} == {"ok"}
+    assert by_point(result)["transformer-xl", 128]["train"]["tokens_per_second"] > 0
+    assert sum("transformer-xl: first training step" in line for line in lines) == 2
+    assert "; each length in a fresh process;" in sweep_text(result)[0]
+
+
+def test_a_length_whose_process_is_killed_is_out_of_memory_there_and_the_sweep_keeps_the_rest(
+    two_presets, monkeypatch
+):
+    def killed_from_128(fn, *args, log):
+        if args[1] >= 128:
+            raise ProcessKilled(-signal.SIGKILL)
+        return fn(*args, log=log)
+
+    monkeypatch.setattr(sweep, "call_in_fresh_process", killed_from_128)
+    result = sweep_of(dataclasses.replace(two_presets, sweep_fresh_process=True))
+    points = by_point(result)
+    assert points["vanilla", 64]["status"] == points["transformer-xl", 64]["status"] == "ok"
+    for preset in ("vanilla", "transformer-xl"):
+        assert points[preset, 128]["status"] == "out of memory"
+        assert "killed by SIGKILL" in points[preset, 128]["note"]
+        assert points[preset, 256]["note"] == "out of memory at 128"
+
+
+def test_a_process_that_ends_otherwise_without_a_result_is_an_error(two_presets, monkeypatch):
+    def ended(fn, *args, log):
+        raise ProcessKilled(1)
+
+    monkeypatch.setattr(sweep, "call_in_fresh_process", ended)
+    with pytest.raises(ProcessKilled, match="exit code 1"):
+        sweep_of(dataclasses.replace(two_presets, sweep_fresh_process=True))
 
 
 def test_other_errors_are_not_taken_for_running_out_of_memory(two_presets, monkeypatch):
