@@ -11,8 +11,9 @@ Transformer-XL training step of `benchmarks/peers.py` (6×512, memory 512): 710 
 in fp32, 1,286 -> 1,522 in bf16; 2 % for the vanilla model, whose tensors are smaller.
 
 The cost: memory freed after the peak stays with the process (its RSS does not shrink) until it
-exits. `formers` commands call `keep_freed_memory()` once at start; set FORMERS_KEEP_FREED_MEMORY=0
-to leave malloc as it is. Only glibc (Linux) is tuned; elsewhere it does nothing.
+exits. `formers` commands call `keep_freed_memory()` once at start, and the processes they spawn
+do the same when it applied; set FORMERS_KEEP_FREED_MEMORY=0 to leave malloc as it is. Only
+glibc (Linux) is tuned; elsewhere it does nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ TRIM_THRESHOLD_BYTES = (1 << 31) - 1  # the largest int: never shrink the heap o
 
 ENV_SWITCH = "FORMERS_KEEP_FREED_MEMORY"
 
+_kept = False  # whether this process changed malloc (a spawned process starts without it)
+
 
 def keep_freed_memory() -> bool:
     """Make glibc's malloc reuse large freed blocks; True if it was changed.
@@ -41,9 +44,24 @@ def keep_freed_memory() -> bool:
     libc = _glibc()
     if libc is None:
         return False
+    global _kept
     ok = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
     ok &= libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    _kept = _kept or bool(ok)
     return bool(ok)
+
+
+def freed_memory_is_kept() -> bool:
+    """Whether `keep_freed_memory()` changed malloc in this process."""
+    return _kept
+
+
+def release_freed_memory() -> None:
+    """Hand the heap's free memory back to the kernel now (glibc's `malloc_trim`), e.g. before
+    a child process needs it; does nothing off glibc."""
+    libc = _glibc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _glibc() -> ctypes.CDLL | None:

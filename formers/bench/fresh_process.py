@@ -2,53 +2,69 @@
 process (allocator state, caches, leftovers of freed models) can change its numbers.
 
 The process is spawned, not forked: a fork would inherit this process's memory as it is. It
-gets torch's thread count from here; its log lines come back as it runs; its result or error
-comes back when it ends.
+starts as this one runs: torch's thread count and malloc's setting (`formers.cpu_allocator`) are
+carried over; it ignores Ctrl-C (this process, which gets it too, ends it) and ends with this
+process where the system allows. Its log lines come back as it runs; its result or error (with
+its traceback as a note) comes back when it ends.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import multiprocessing
 import pickle
 import signal
+import sys
+import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch
 
+from formers.cpu_allocator import freed_memory_is_kept, keep_freed_memory
+
 Log = Callable[[str], None]
+
+PR_SET_PDEATHSIG = 1  # from Linux's <sys/prctl.h>
 
 
 class ProcessKilled(RuntimeError):
     """The process ended without a result, killed by a signal (SIGKILL: the kernel's
-    out-of-memory killer, among others)."""
+    out-of-memory killer, among others) or with an exit code."""
 
     def __init__(self, exit_code: int | None):
         self.exit_code = exit_code
-        reason = (
-            f"killed by {signal.Signals(-exit_code).name}"
-            if exit_code is not None and exit_code < 0
-            else f"ended with exit code {exit_code}"
-        )
-        super().__init__(f"the measuring process {reason} before it returned a result")
+        super().__init__(f"the measuring process {_how_it_ended(exit_code)} before it answered")
+
+
+def _how_it_ended(exit_code: int | None) -> str:
+    if exit_code is None or exit_code >= 0:
+        return f"ended with exit code {exit_code}"
+    try:
+        return f"was killed by {signal.Signals(-exit_code).name}"
+    except ValueError:
+        return f"was killed by signal {-exit_code}"
 
 
 def call_in_fresh_process(fn: Callable[..., Any], *args: Any, log: Log) -> Any:
     """`fn(*args, log=...)` in a spawned process: its return value, or its exception raised
-    here. `fn` must be a module-level function and its arguments and result picklable."""
+    here. `fn` must be a module-level function, its arguments and result picklable, and a
+    script that calls this must guard its own top level with `if __name__ == "__main__":` (the
+    spawned process imports it)."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe(duplex=False)
-    child = context.Process(
-        target=_serve, args=(theirs, fn, args, torch.get_num_threads()), daemon=True
-    )
+    setup = (torch.get_num_threads(), freed_memory_is_kept())
+    child = context.Process(target=_serve, args=(theirs, fn, args, setup), daemon=True)
     child.start()
     theirs.close()  # only the child writes: a closed pipe then means it ended
     try:
         while True:
             try:
                 kind, payload = ours.recv()
-            except EOFError:
+            except (EOFError, OSError):  # it ended before (or while) it sent its answer
                 child.join()
                 raise ProcessKilled(child.exitcode) from None
             if kind == "log":
@@ -65,15 +81,31 @@ def call_in_fresh_process(fn: Callable[..., Any], *args: Any, log: Log) -> Any:
         child.join()
 
 
-def _serve(out: Connection, fn: Callable[..., Any], args: tuple, threads: int) -> None:
-    """The child: run `fn` and send its log lines, then its result or its exception."""
+def _serve(out: Connection, fn: Callable[..., Any], args: tuple, setup: tuple[int, bool]) -> None:
+    """The child: set up as the parent runs, run `fn`, and send its log lines, then its result
+    or its exception."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent()
+    threads, keep_memory = setup
     torch.set_num_threads(threads)
+    if keep_memory:
+        keep_freed_memory()
     try:
         out.send(("result", fn(*args, log=lambda line: out.send(("log", line)))))
     except Exception as error:
+        error.add_note(f"in the measuring process:\n{traceback.format_exc().rstrip()}")
         out.send(("error", error if _travels(error) else RuntimeError(f"{error!r}")))
     finally:
         out.close()
+
+
+def _end_with_parent() -> None:
+    """Linux: have the kernel end this process when its parent dies (killed, it cannot end us)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _travels(error: Exception) -> bool:

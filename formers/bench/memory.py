@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
@@ -46,12 +47,11 @@ def peak_rise_bytes(fn: Callable[[], object], device: torch.device) -> int | Non
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
     prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():
+    with _without_profiler_noise():
         prof.start()
-    try:
-        fn()
-    finally:
-        with _quiet_stderr():
+        try:
+            fn()
+        finally:
             prof.stop()
     try:
         events = prof.profiler.kineto_results.experimental_event_tree()
@@ -64,7 +64,8 @@ def peak_rise_bytes(fn: Callable[[], object], device: torch.device) -> int | Non
         if type(fields).__name__ == "_ExtraFields_Allocation" and fields.device.type == "cpu":
             records.append((event.start_time_ns, fields.alloc_size))
         stack.extend(event.children)
-    return highest_running_sum(size for _, size in sorted(records))
+    # at equal times (none seen), allocations before frees: the higher peak
+    return highest_running_sum(size for _, size in sorted(records, key=lambda r: (r[0], -r[1])))
 
 
 def highest_running_sum(sizes: Iterable[int]) -> int:
@@ -82,19 +83,35 @@ def highest_running_sum(sizes: Iterable[int]) -> int:
     return peak
 
 
+# lines torch writes to file descriptor 2 around a profiled call, with no setting to turn them
+# off: kineto's on every profiler start and stop, and the CPU allocator's when the call frees a
+# block allocated before profiling began (its size unknown to the profiler)
+PROFILER_NOISE = ("USDT", "Memory block of unknown size was allocated before the profiling")
+
+
 @contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """Silence file descriptor 2: kineto writes a "USDT ... profiler_start" line there on every
-    start and stop, with no setting to turn it off."""
+def _without_profiler_noise() -> Iterator[None]:
+    """Hold back what is written to file descriptor 2 meanwhile, then write it out less the
+    lines of `PROFILER_NOISE`."""
     sys.stderr.flush()
     saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
             yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [
+                line
+                for line in held.read().splitlines(keepends=True)
+                if not any(noise.encode() in line for noise in PROFILER_NOISE)
+            ]
+            data = b"".join(kept)
+            while data:
+                data = data[os.write(2, data) :]
 
 
 def peak_bytes(

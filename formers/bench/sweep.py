@@ -38,6 +38,7 @@ from formers.bench.settings import BenchSettings
 from formers.bench.timing import interleaved, time_call
 from formers.bench.workloads import InferStep, TrainStep, rate
 from formers.config import ModelConfig
+from formers.cpu_allocator import release_freed_memory
 from formers.layers.attention import MultiHeadAttention
 from formers.models import build
 from formers.registry import ATTENTION
@@ -341,6 +342,7 @@ def _measure(
 def _free(device: torch.device) -> None:
     """Hand back the memory of dropped models (and of a failed allocation's partial work)."""
     gc.collect()
+    release_freed_memory()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
@@ -359,7 +361,9 @@ def run_sweep(
     log: Log,
     matmul_rate: float,
 ) -> dict[str, Any]:
-    """Measure each preset of `configs` at every length of `settings.sweep`, shortest first.
+    """Measure each preset of `configs` at every length of `settings.sweep`, shortest first,
+    each length in a fresh process where `settings.sweep_fresh_process` (a script calling this
+    then needs its top level under `if __name__ == "__main__":`, which the process imports).
 
     Args:
         settings: lengths, repeats, warm-up, time limit, and tokens per batch (batch_size ×
@@ -372,6 +376,8 @@ def run_sweep(
         matmul_rate: the FLOP/s the achieved FLOP/s is a fraction of.
     """
     tokens = settings.batch_size * settings.seq_len
+    if settings.sweep_fresh_process:
+        _free(device)  # what this process no longer uses, for the processes that measure
     stopped: dict[str, dict] = {}  # preset -> the point where it failed
     runs, start = [], time.perf_counter()
     lengths = sorted(set(settings.sweep))  # shortest first: a failure ends the longer ones

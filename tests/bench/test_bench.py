@@ -4,6 +4,7 @@ the errors. No timing is asserted."""
 
 import json
 import math
+import os
 import statistics
 
 import pytest
@@ -12,6 +13,7 @@ from helpers import tiny_config
 
 import formers
 from formers.bench import flops
+from formers.bench.fresh_process import call_in_fresh_process
 from formers.bench.hardware import matmul_flops_per_second
 from formers.bench.memory import highest_running_sum, peak_bytes, peak_rise_bytes, tensor_bytes
 from formers.bench.workloads import GenerateStep, TrainStep
@@ -164,6 +166,28 @@ def test_a_measured_rise_does_not_depend_on_what_earlier_measured_calls_held():
     assert peak_rise_bytes(lambda: kept.append(torch.ones(25 * 2**20 // 4)), cpu) >= 25 * 2**20
     kept.clear()  # 25 MiB freed between the measured calls
     assert peak_rise_bytes(small, cpu) == alone
+
+
+def measure_a_call_that_frees_an_older_block(log) -> int | None:
+    from formers.bench.memory import peak_rise_bytes
+
+    held = [torch.ones(2**16)]  # allocated before profiling starts
+    return peak_rise_bytes(held.clear, torch.device("cpu"))
+
+
+def test_measuring_a_call_writes_nothing_to_stderr(capfd):
+    # in a fresh process: the allocator's warning about a block older than the profiler comes
+    # once per process, so this one may have written it already
+    assert call_in_fresh_process(measure_a_call_that_frees_an_older_block, log=print) == 0
+    assert capfd.readouterr().err == ""
+
+
+def test_what_a_measured_call_writes_to_stderr_is_kept_less_the_profilers_lines(capfd):
+    def noisy():
+        os.write(2, b"USDT probe: profiler_start\nthe call's own warning\n")
+
+    peak_rise_bytes(noisy, torch.device("cpu"))
+    assert capfd.readouterr().err == "the call's own warning\n"
 
 
 def test_the_rise_is_the_highest_point_of_the_calls_own_allocations_less_its_frees():
