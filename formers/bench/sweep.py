@@ -266,77 +266,64 @@ def _record(point: _Point, matmul_rate: float) -> dict[str, Any]:
     return record
 
 
-def measure_length(
-    configs: Mapping[str, ModelConfig],
-    seq_len: int,
-    batch: int,
-    settings: BenchSettings,
-    device: torch.device,
-    precision: str,
-    log: Log,
-) -> list[_Point]:
-    """Every preset of `configs` at one length: started one by one, then timed interleaved."""
+@dataclasses.dataclass(frozen=True)
+class LengthJob:
+    """What one length of the sweep measures: the presets still running, how, and where."""
+
+    configs: Mapping[str, ModelConfig]
+    seq_len: int
+    batch: int
+    settings: BenchSettings
+    device: torch.device
+    precision: str
+    matmul_rate: float
+
+
+def measure_length(job: LengthJob, log: Log) -> list[_Point]:
+    """Every preset of the job at its length: started one by one, then timed interleaved."""
     points = [
-        _Point(name, at_length(cfg, seq_len), seq_len, batch) for name, cfg in configs.items()
+        _Point(name, at_length(cfg, job.seq_len), job.seq_len, job.batch)
+        for name, cfg in job.configs.items()
     ]
     for point in points:
-        _start(point, settings, device, precision)
+        _start(point, job.settings, job.device, job.precision)
         if point.status == OK:
             first = point.first_seconds
             train, infer = first["train"], first["inference"]
             log(f"  {point.preset}: first training step {train:.3g} s, forward {infer:.3g} s")
         else:
             log(f"  {point.preset}: {point.status} ({point.note})")
-    _time(points, settings, device)
+    _time(points, job.settings, job.device)
     for point in points:
         point.train = point.infer = None
-    _free(device)  # before the next length's models
+    _free(job.device)  # before the next length's models
     return points
 
 
-def records_at_length(
-    configs: Mapping[str, ModelConfig],
-    seq_len: int,
-    batch: int,
-    settings: BenchSettings,
-    device: torch.device,
-    precision: str,
-    matmul_rate: float,
-    log: Log,
-) -> dict[str, dict[str, Any]]:
-    """preset -> the JSON record of its point at one length (`measure_length`)."""
-    points = measure_length(configs, seq_len, batch, settings, device, precision, log)
-    return {point.preset: _record(point, matmul_rate) for point in points}
+def records_at_length(job: LengthJob, log: Log) -> dict[str, dict[str, Any]]:
+    """preset -> the JSON record of its point at the job's length (`measure_length`)."""
+    return {point.preset: _record(point, job.matmul_rate) for point in measure_length(job, log)}
 
 
-def _measure(
-    configs: Mapping[str, ModelConfig],
-    seq_len: int,
-    batch: int,
-    settings: BenchSettings,
-    device: torch.device,
-    precision: str,
-    log: Log,
-    matmul_rate: float,
-) -> dict[str, dict[str, Any]]:
+def _measure(job: LengthJob, log: Log) -> dict[str, dict[str, Any]]:
     """`records_at_length`, in a fresh process of its own where the settings ask for one. A
     process killed before it answers (the kernel's out-of-memory killer sends SIGKILL) marks
     every preset of that length out of memory, and the sweep ends with what it has."""
-    args = (configs, seq_len, batch, settings, device, precision, matmul_rate)
-    if not settings.sweep_fresh_process:
-        return records_at_length(*args, log=log)
+    if not job.settings.sweep_fresh_process:
+        return records_at_length(job, log=log)
     try:
-        return call_in_fresh_process(records_at_length, *args, log=log)
+        return call_in_fresh_process(records_at_length, job, log=log)
     except ProcessKilled as killed:
         if killed.exit_code != -signal.SIGKILL:
             raise
         log(f"  {killed}")
         failed = [
-            _Point(name, at_length(cfg, seq_len), seq_len, batch) for name, cfg in configs.items()
+            _Point(name, at_length(cfg, job.seq_len), job.seq_len, job.batch)
+            for name, cfg in job.configs.items()
         ]
         for point in failed:
             point.fail(OUT_OF_MEMORY, str(killed))
-        return {point.preset: _record(point, matmul_rate) for point in failed}
+        return {point.preset: _record(point, job.matmul_rate) for point in failed}
 
 
 def _free(device: torch.device) -> None:
@@ -388,7 +375,8 @@ def run_sweep(
             f"sweep {i}/{len(lengths)}: seq_len {length}, batch {batch}, "
             f"{len(live)} presets ({time.perf_counter() - start:.0f} s so far) ..."
         )
-        measured = _measure(live, length, batch, settings, device, precision, log, matmul_rate)
+        job = LengthJob(live, length, batch, settings, device, precision, matmul_rate)
+        measured = _measure(job, log)
         for name, cfg in configs.items():
             if name in measured:
                 record = measured[name]

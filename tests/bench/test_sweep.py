@@ -148,10 +148,10 @@ def test_each_length_is_measured_in_a_fresh_process_that_nothing_here_reaches(mo
 def test_a_length_whose_process_is_killed_is_out_of_memory_there_and_the_sweep_keeps_the_rest(
     two_presets, monkeypatch
 ):
-    def killed_from_128(fn, *args, log):
-        if args[1] >= 128:
+    def killed_from_128(fn, job, log):
+        if job.seq_len >= 128:
             raise ProcessKilled(-signal.SIGKILL)
-        return fn(*args, log=log)
+        return fn(job, log=log)
 
     monkeypatch.setattr(sweep, "call_in_fresh_process", killed_from_128)
     result = sweep_of(dataclasses.replace(two_presets, sweep_fresh_process=True))
@@ -164,7 +164,7 @@ def test_a_length_whose_process_is_killed_is_out_of_memory_there_and_the_sweep_k
 
 
 def test_a_process_that_ends_otherwise_without_a_result_is_an_error(two_presets, monkeypatch):
-    def ended(fn, *args, log):
+    def ended(fn, job, log):
         raise ProcessKilled(1)
 
     monkeypatch.setattr(sweep, "call_in_fresh_process", ended)
