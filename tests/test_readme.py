@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from formers.bench.compare_file import load_spec_file
+from formers.compare.spec_file import load_spec_file
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
@@ -191,7 +191,7 @@ def run_readme_commands(commands: list[list[str]], tmp_path, monkeypatch, capsys
             assert words[0] == "formers", words
             if words[1] == "compare" and "--spec" in words:
                 # hours of training on a real corpus: checked as compare checks it before any
-                # work (the spec loads, every run resolves); tests/bench/test_compare_spec.py
+                # work (the spec loads, every run resolves); tests/compare/test_compare_spec.py
                 # runs specs end to end at a small size
                 spec = load_spec_file(README.parent / option(words, "--spec"))
                 assert all(spec.run_config(a, s, context=c) for a, c, s in spec.runs())

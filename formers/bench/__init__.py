@@ -1,1 +1,2 @@
-"""Speed and memory benchmarks, and side-by-side training comparisons of presets."""
+"""Speed and memory benchmarks: training throughput, the long-sequence sweep, decoding against
+`transformers`. Side-by-side training comparisons live in `formers.compare`."""

@@ -1,5 +1,5 @@
 """`formers compare PRESET [PRESET ...]` or `formers compare --spec FILE`: the command-line face
-of `formers.bench.compare`."""
+of `formers.compare.harness`."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def default_out(presets: list[str], corpus: str) -> Path:
 
 def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, Path]:
     """The comparison the command line asks for, and its folder."""
-    from formers.bench.compare_file import load_spec_file
-    from formers.bench.compare_spec import CompareSpec
+    from formers.compare.spec import CompareSpec
+    from formers.compare.spec_file import load_spec_file
     from formers.overrides import parse_overrides
 
     if args.spec is not None:
@@ -94,7 +94,7 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.bench.compare import run_compare
+    from formers.compare.harness import run_compare
 
     spec, out = spec_from_args(args, extra)
     result = run_compare(

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from formers.bench import compare
-from formers.bench.compare_report import SHARED_CORES, shared_cores_notes
-from formers.bench.run_metrics import others_cpu_share
 from formers.cli import main
+from formers.compare import harness as compare
+from formers.compare.report import SHARED_CORES, shared_cores_notes
+from formers.compare.run_metrics import others_cpu_share
 from formers.train import cpu_share, trainer
 from formers.train.config import run_config
 from formers.train.cpu_share import OthersShare, busy_seconds

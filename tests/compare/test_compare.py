@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from formers.bench import compare as compare_module
-from formers.bench.compare_spec import CompareSpec, spec_differences
-from formers.bench.run_metrics import crossing
 from formers.cli import main
+from formers.compare import harness as compare_module
+from formers.compare.run_metrics import crossing
+from formers.compare.spec import CompareSpec, spec_differences
 from formers.errors import FormersError
 from formers.train.metrics import MetricsLog, read_metrics
 

@@ -6,9 +6,9 @@
 
 An arm is a preset, or a preset with overrides of its own under its own name (`Arm`); a spec
 may list contexts (`train.seq_len` values, each trained and reported on its own) and extra
-evaluations of the trained runs (`compare_eval.py`). The output folder holds `compare.json` (the
+evaluations of the trained runs (`evaluation.py`). The output folder holds `compare.json` (the
 spec), `runs/<arm>/[ctx<L>/]seed<k>/` (ordinary `formers train` run folders), the evaluations'
-results under `evaluations/` and the report (`compare_report.py`). Calling it again with the
+results under `evaluations/` and the report (`report.py`). Calling it again with the
 same spec skips finished runs and evaluations and resumes interrupted runs from their
 checkpoints.
 """
@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from formers.bench.compare_eval import evaluate_run, peak_train_memory, save_result
-from formers.bench.compare_report import SHARED_CORES, CompareReport, write_report
-from formers.bench.compare_spec import (
+from formers.bench.memory import METHOD
+from formers.bench.plots import pyplot
+from formers.compare.evaluation import evaluate_run, peak_train_memory, save_result
+from formers.compare.report import SHARED_CORES, CompareReport, write_report
+from formers.compare.run_metrics import is_complete, others_cpu_share
+from formers.compare.spec import (
     RUNS_DIR,
     SPEC_FILE,
     CompareSpec,
@@ -36,9 +39,6 @@ from formers.bench.compare_spec import (
     run_path,
     spec_differences,
 )
-from formers.bench.memory import METHOD
-from formers.bench.plots import pyplot
-from formers.bench.run_metrics import is_complete, others_cpu_share
 from formers.errors import FormersError
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from formers.bench import compare as compare_module
-from formers.bench.compare_file import load_spec_file
-from formers.bench.compare_spec import Arm, CompareSpec
 from formers.cli import main
+from formers.compare import harness as compare_module
+from formers.compare.spec import Arm, CompareSpec
+from formers.compare.spec_file import load_spec_file
 from formers.presets import PRESETS
 
 TINY = {
@@ -479,7 +479,7 @@ def test_a_run_moved_away_is_trained_and_scored_again(tmp_path, corpus):
 
 
 def test_an_evaluation_note_says_how_much_of_the_split_it_scored():
-    from formers.bench.compare_report import evaluation_note
+    from formers.compare.report import evaluation_note
 
     prefix = {"name": "e", "splits": ["valid", "test"], "batch_size": 16, "max_tokens": 200000}
     assert evaluation_note(prefix) == (

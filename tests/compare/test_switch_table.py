@@ -10,9 +10,9 @@ from pathlib import Path
 
 from test_compare_spec import TINY as COMPARE_TINY
 
-from formers.bench.compare import run_compare
-from formers.bench.compare_spec import Arm, CompareSpec
 from formers.bench.flops import training_flops_per_token
+from formers.compare.harness import run_compare
+from formers.compare.spec import Arm, CompareSpec
 from formers.run import read_run_config
 from formers.train.metrics import read_metrics
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from formers.bench.compare_eval import Evaluation
+from formers.compare.evaluation import Evaluation
 from formers.config import did_you_mean
 from formers.errors import ConfigError, FormersError
 from formers.overrides import flatten

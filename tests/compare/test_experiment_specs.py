@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from formers.bench.compare_file import load_spec_file
+from formers.compare.spec_file import load_spec_file
 
 ROOT = Path(__file__).parents[2]
 SPECS = sorted((ROOT / "experiments").glob("*.yaml"))

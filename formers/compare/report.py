@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from formers.bench.compare_eval import read_result
-from formers.bench.compare_html import Table, html_page
-from formers.bench.compare_spec import SPEC_FILE, eval_path, load_spec, memory_path, run_path
 from formers.bench.plots import line_plot
-from formers.bench.run_metrics import (
+from formers.compare.evaluation import read_result
+from formers.compare.report_html import Table, html_page
+from formers.compare.run_metrics import (
     crossing,
     final_valid,
     others_cpu_share,
@@ -25,6 +24,7 @@ from formers.bench.run_metrics import (
     tokens_per_second,
     valid_curve,
 )
+from formers.compare.spec import SPEC_FILE, eval_path, load_spec, memory_path, run_path
 from formers.train.metrics import read_metrics
 
 UNIT_BITS = {"byte": "bits/byte", "char": "bits/char", "word": "bits/word", "bpe": "bits/token"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from formers.bench.compare_spec import BUDGET_KEYS, CompareSpec
+from formers.compare.spec import BUDGET_KEYS, CompareSpec
 from formers.errors import ConfigError, FormersError
 from formers.overrides import flatten
 
