@@ -49,7 +49,7 @@ from formers.errors import InputError
 from formers.kernels.attention import masked_attention
 from formers.kernels.record import kept, recording, take
 from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
-from formers.kernels.window import sliding_window_attention
+from formers.kernels.sparse import sliding_window_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask

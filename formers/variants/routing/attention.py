@@ -34,9 +34,9 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
-from formers.kernels.blocks import local_attention
-from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
+from formers.kernels.clusters import cluster_ranks, ranked_attention
 from formers.kernels.record import recording, report, take_reports
+from formers.kernels.sparse import cluster_attention, local_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
