@@ -14,6 +14,9 @@ Diff from vanilla:
     is vanilla. Selecting by value takes the whole (T, S) score matrix, so this runs on the
     explicit path (no fused kernel), and its memory is that of full attention's scores plus
     the (T, k) top values: the paper's selection saves no memory, it focuses the attention.
+  - on CUDA, `attend` finds each query's k-th score first (without gradient) and runs
+    FlexAttention with a score_mod that drops the scores below it (`formers.kernels.sparse`):
+    the (T, S) weights are then never stored for the backward pass.
 Our choices:
   - the selection comes after the causal and padding masks (a masked key is never selected);
     a row with fewer than k visible keys keeps all of them (k is clamped to the visible keys);

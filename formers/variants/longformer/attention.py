@@ -17,9 +17,10 @@ the softmax) and K_G the keys of the global tokens, both from the usual W^K, W^V
 
 Diff from vanilla:
   - `attend` runs the shared sliding-window kernel (`formers.kernels.window`: blocks of queries
-    against the few key blocks their window reaches, never an n×n tensor) instead of Eq. 1 over
-    all keys, causal (i − j ∈ {0, d, …, (w − 1)·d}, a decoder) or two-sided (|i − j| ∈ {0, d,
-    …, (w/2)·d}, an encoder).
+    against the few key blocks their window reaches, never an n×n tensor; on CUDA its
+    FlexAttention twin, chosen by `formers.kernels.sparse`) instead of Eq. 1 over all keys,
+    causal (i − j ∈ {0, d, …, (w − 1)·d}, a decoder) or two-sided (|i − j| ∈ {0, d, …,
+    (w/2)·d}, an encoder).
   - `forward` adds the global rows: they need the layer input x for Q_g, K_g, V_g, which
     `attend` never sees. In a causal stack a global token at p sees only positions ≤ p, and is
     seen only from p on.

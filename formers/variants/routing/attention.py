@@ -10,7 +10,8 @@ Diff from vanilla:
     (§4; the official code's `share_qk` for decoders): one (D, D) W^Q serves both, so the
     projection is [W^Q for every head | W^K for the local heads | W^V for every head].
   - `attend` (whole): local heads run `local_attention`; routed heads are assigned to their
-    nearest centroid (`OnlineKMeans`) and run `cluster_attention` inside their clusters.
+    nearest centroid (`OnlineKMeans`) and run `cluster_attention` inside their clusters (on
+    CUDA both on FlexAttention, chosen by `formers.kernels.sparse`).
   - the module reports the commitment loss (`aux_loss`) and metrics (`Reports`), and keeps a
     `RoutingCache` for decoding: past keys and values with their clusters and ranks.
 Our choices, and why:

@@ -17,7 +17,8 @@ aligned with `rel_shift`, a view.
 Diff from vanilla:
   - `scores` adds terms (b)–(d), and folds the causal mask in while it lays the aligned position
     terms out (the one pass over (T, S) that the scores need anyway); `weights` is then a plain
-    softmax. The explicit path, not the fused kernel.
+    softmax. The explicit path, not the fused kernel; on CUDA `attend` runs FlexAttention
+    instead, (b)+(d) read by a score_mod from the unshifted terms (`formers.kernels.sparse`).
   - one more projection per layer, W_{k,R} (`r_proj`); u, v (`u`, `v`) shared by all layers in
     the reference code, per layer with `untie_rel_bias`; no biases on the projections.
   - keys and values are computed from context = cat(memory, x); no absolute positions.
