@@ -228,6 +228,8 @@ def attend(
 ) -> Tensor:
     """FlexAttention of q (B, H, T, K) against k, v (B, H, S, K) under `mask`: compiled on
     CUDA, the eager reference elsewhere (forward only). Rows with no visible key are zero."""
+    dtype = common_dtype(q, k, v)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if q.device.type == "cuda":
         run = _COMPILED.get("cuda")
         if run is None:
@@ -235,6 +237,19 @@ def attend(
     else:
         run = flex_attention
     return run(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+
+
+def common_dtype(*tensors: Tensor) -> torch.dtype:
+    """The dtype attention runs in: autocast's where it is on (as it casts the inputs of torch's
+    fused kernel; FlexAttention is not on its lists), else the inputs' promoted dtype (a layer
+    norm under autocast hands fp32 queries to bf16 values)."""
+    device = tensors[0].device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    dtype = tensors[0].dtype
+    for tensor in tensors[1:]:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
 
 
 def tiles_of(mask: Any) -> Tensor:

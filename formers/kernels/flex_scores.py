@@ -77,11 +77,11 @@ def offset_bias_attention(
     q_len, kv_len = q.shape[2], k.shape[2]
     mask = flex.block_mask(causal_prefix(kv_len - q_len, window), q_len, kv_len, q.device)
     last = bias.shape[-1] - 1
-    batched = bias.shape[0] > 1
+    bias = bias.expand(q.shape[0], *bias.shape[1:])
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
         column = (kv + q_len - 1 - qi).clamp(0, last)  # masked pairs read any column
-        return score + bias[b if batched else 0, h, qi, column]
+        return score + bias[b, h, qi, column]
 
     return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
 
@@ -130,11 +130,12 @@ def threshold_attention(
     """Attention of q (B, H, T, K) over k, v (B, H, S, K) keeping each query's top_k scores and
     those tied with the k-th (causal: query i sees keys j <= S − T + i; key_valid (B, S))."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    dtype = flex.common_dtype(q, k, v)  # the scores' dtype, as the explicit path rounds them
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     kth = kth_largest(q, k, top_k, causal=causal, key_valid=key_valid, scale=scale)
-    low_precision = q.dtype in (torch.bfloat16, torch.float16)
+    low_precision = dtype in (torch.bfloat16, torch.float16)
     if not low_precision:
-        kth = kth - kth.abs() * (TIE_ULPS * torch.finfo(q.dtype).eps)
-    dtype = q.dtype
+        kth = kth - kth.abs() * (TIE_ULPS * torch.finfo(dtype).eps)
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
         compared = score.to(dtype) if low_precision else score

@@ -180,3 +180,26 @@ def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
         assert not sparse.runs_on_flex(cuda_like)
     narrow = type("Narrow", (), {"device": torch.device("cuda"), "shape": (1, 2, 8, 8)})()
     assert not sparse.runs_on_flex(narrow)
+
+
+@torch.no_grad()
+def test_mixed_dtypes_run_in_the_autocast_or_the_promoted_dtype(monkeypatch):
+    """A layer norm under autocast hands fp32 queries to bf16 values (Routing's routed heads):
+    FlexAttention gets one dtype, autocast's where it is on."""
+    q, k, v = qkv()
+    q, k, v = q.float(), k.float(), v.to(torch.bfloat16)
+    mask = flex.block_mask(flex_scores.causal_prefix(0), T, T, q.device)
+    seen = []
+    run = flex.flex_attention
+
+    def spy(q, k, v, **options):
+        seen.append({q.dtype, k.dtype, v.dtype})
+        return run(q, k, v, **options)
+
+    monkeypatch.setattr(flex, "flex_attention", spy)
+    out = flex.attend(q, k, v, mask)
+    full_causal = blocks.local_attention(q, k, v.float(), T, causal=True)
+    torch.testing.assert_close(out, full_causal, atol=1e-5, rtol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        flex.attend(q, k, v, mask)
+    assert seen == [{torch.float32}, {torch.bfloat16}]
