@@ -7,8 +7,10 @@ tiles a pattern never sees. Everywhere else, and whenever FlexAttention cannot g
 result, the explicit kernels run (`formers.kernels.window`, `blocks`, `clusters`, or the
 attention's own hooks): on the CPU (FlexAttention has no CPU backward), with dropout on the
 attention weights (FlexAttention draws none), while an `AttentionRecorder` records (its
-weights stay inside the kernel), for heads narrower than 16 channels, on older torch, and
-inside `explicit_kernels()`. Both paths see the same keys for every query (tests/kernels).
+weights stay inside the kernel), for heads narrower than 16 channels, on older torch, for one
+query at a time, and inside `explicit_kernels()` (which decoding with a cache uses for its
+prompt: FlexAttention compiles a kernel per shape, and prompts come in every length). Both
+paths see the same keys for every query (tests/kernels).
 
 Every function here takes its explicit kernel's arguments; the two score changes also take the
 variant's explicit path as a thunk.
@@ -39,10 +41,13 @@ def explicit_kernels() -> Iterator[None]:
 
 
 def runs_on_flex(q: Tensor, dropout: float = 0.0) -> bool:
-    """Whether attention over q (B, H, T, K) takes FlexAttention: a CUDA tensor, a torch whose
-    FlexAttention has what the twins need, no dropout on the weights, nothing recording."""
+    """Whether attention over q (B, H, T, K) takes FlexAttention: a CUDA tensor of more than one
+    query (a decoding step gains nothing from tiles, and would compile a kernel for every new
+    key count), a torch whose FlexAttention has what the twins need, no dropout on the weights,
+    nothing recording."""
     return (
         q.device.type == "cuda"
+        and q.shape[-2] > 1
         and not dropout
         and not _EXPLICIT_ONLY[-1]
         and not recording()

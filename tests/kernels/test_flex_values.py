@@ -180,6 +180,8 @@ def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
         assert not sparse.runs_on_flex(cuda_like)
     narrow = type("Narrow", (), {"device": torch.device("cuda"), "shape": (1, 2, 8, 8)})()
     assert not sparse.runs_on_flex(narrow)
+    one_query = type("Step", (), {"device": torch.device("cuda"), "shape": (1, 2, 1, 16)})()
+    assert not sparse.runs_on_flex(one_query)  # a decoding step
 
 
 @torch.no_grad()

@@ -50,7 +50,7 @@ from formers.errors import InputError
 from formers.kernels.attention import masked_attention
 from formers.kernels.record import kept, recording, take
 from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
-from formers.kernels.sparse import sliding_window_attention
+from formers.kernels.sparse import explicit_kernels, sliding_window_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
@@ -185,17 +185,18 @@ class LongformerAttention(MultiHeadAttention):
             positions = torch.tensor(tokens, device=q.device).expand(batch, -1)
             global_keys = (state.global_keys, state.global_values, None)
         if offset == 0:  # a prompt: the blocked kernel, then keep what the window still needs
-            out = sliding_window_attention(
-                q,
-                k,
-                v,
-                window=self.options.window,
-                causal=True,
-                dilation=self.options.dilation,
-                global_keys=global_keys,
-                global_positions=positions,
-                scale=self.scale,
-            )
+            with explicit_kernels():  # prompts of every length: no kernel compiled per length
+                out = sliding_window_attention(
+                    q,
+                    k,
+                    v,
+                    window=self.options.window,
+                    causal=True,
+                    dilation=self.options.dilation,
+                    global_keys=global_keys,
+                    global_positions=positions,
+                    scale=self.scale,
+                )
             state.append(k, v)
             return out
         state.append(k, v)

@@ -37,7 +37,7 @@ from formers.config import ModelConfig
 from formers.errors import InputError
 from formers.kernels.clusters import cluster_ranks, ranked_attention
 from formers.kernels.record import recording, report, take_reports
-from formers.kernels.sparse import cluster_attention, local_attention
+from formers.kernels.sparse import cluster_attention, explicit_kernels, local_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
@@ -209,8 +209,9 @@ class RoutingAttention(MultiHeadAttention, Reports):
             key_ok = valid[:, None]
         first = state.length == 0
         state.extend(k=k, v=v, cluster=clusters, rank=rank, key_ok=key_ok, counts=counts)
-        if first:  # nothing before: the blocked kernels
-            return self.attend_blocks(q, k, v, mask, routed_q, routed)
+        if first:  # nothing before: the blocked kernels, explicit (no kernel compiled per length)
+            with explicit_kernels():
+                return self.attend_blocks(q, k, v, mask, routed_q, routed)
         groups = [(0, local, self.options.local_window, False), (local, heads, self.block, True)]
         outs = [
             ranked_attention(
