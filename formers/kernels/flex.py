@@ -51,12 +51,14 @@ def torch_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+# read once: a compiled graph then sees a constant, not a string to parse
+_HAS_TWINS = flex_attention is not None and torch_version() >= MIN_TORCH
+
+
 def supported(q: Tensor) -> bool:
     """Whether this torch's FlexAttention can run the twins for q (…, T, K): torch >= 2.6 and
     a head dim of at least 16. Says nothing of the device (`formers.kernels.sparse` decides)."""
-    return (
-        flex_attention is not None and torch_version() >= MIN_TORCH and q.shape[-1] >= MIN_HEAD_DIM
-    )
+    return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
 
 
 class StaticMask(NamedTuple):

@@ -205,3 +205,33 @@ def test_mixed_dtypes_run_in_the_autocast_or_the_promoted_dtype(monkeypatch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         flex.attend(q, k, v, mask)
     assert seen == [{torch.float32}, {torch.bfloat16}]
+
+
+@torch.no_grad()
+def test_the_twins_trace_as_one_graph(monkeypatch):
+    """No host sync and no shape read from the data: each twin, block masks built inside the
+    graph included (the cache is empty), traces with fullgraph=True and gives the same result."""
+    q, k, v = (x.float() for x in qkv())
+    valid = torch.rand(B, T) > 0.2
+    ids = torch.where(valid[:, None], torch.randint(0, 3, (B, H, T)), 3)
+    bias = q[..., :1].expand(B, H, T, T + 1)
+
+    def twins(q, k, v, valid, ids, bias):
+        options = dict(window=9, causal=True, dilation=(1, 2, 1, 3), key_valid=valid)
+        return torch.stack(
+            [
+                flex_window.sliding_window_attention(q, k, v, **options),
+                flex_window.local_attention(q, k, v, 16, causal=True, key_valid=valid),
+                flex_clusters.cluster_attention(
+                    q, q, v, ids, 3, 8, causal=True, exclude_self=True, key_valid=valid
+                ),
+                flex_scores.threshold_attention(q, k, v, 5, causal=True, key_valid=valid),
+                flex_scores.offset_bias_attention(q, k, v, bias, window=20),
+            ]
+        )
+
+    monkeypatch.setattr(flex, "_CACHE", {})
+    expected = twins(q, k, v, valid, ids, bias)
+    monkeypatch.setattr(flex, "_CACHE", {})
+    traced = torch.compile(twins, backend="eager", fullgraph=True)
+    torch.testing.assert_close(traced(q, k, v, valid, ids, bias), expected)
