@@ -22,7 +22,7 @@ Shapes: B batch, H heads, T queries, S keys, K head dim, Qb / Sb tiles of querie
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -59,6 +59,20 @@ def supported(q: Tensor) -> bool:
     """Whether this torch's FlexAttention can run the twins for q (…, T, K): torch >= 2.6 and
     a head dim of at least 16. Says nothing of the device (`formers.kernels.sparse` decides)."""
     return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
+
+
+def options_tensor(values: Sequence[int], device: torch.device) -> Tensor:
+    """A pattern's options as a (n,) long tensor for its mask_mod to read.
+
+    A number written into a mask_mod is part of the compiled kernel: every window would compile
+    its own (layers with their own windows, Beltagy et al. 2020 §4.1), and past dynamo's
+    recompile limit the calls would fall back to the unfused reference. Read from a tensor, one
+    kernel serves them all. Filled in place, not copied from the host: no sync.
+    """
+    out = torch.empty(len(values), dtype=torch.long, device=device)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out
 
 
 class StaticMask(NamedTuple):

@@ -25,12 +25,13 @@ from torch import Tensor
 from formers.kernels import flex
 
 
-def _sorted_band(window: int, causal: bool) -> flex.StaticMask:
+def _sorted_band(window: int, causal: bool, device: torch.device) -> flex.StaticMask:
     reach = 2 * window - 1  # rank distance within blocks b − 1 … b (+ 1)
+    option = flex.options_tensor([reach], device)
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         gap = q - kv
-        return (gap <= reach) & (gap >= 0 if causal else gap >= -reach)
+        return (gap <= option[0]) & (gap >= 0 if causal else gap >= -option[0])
 
     return flex.StaticMask(
         mask_mod,
@@ -97,7 +98,7 @@ def cluster_attention(
             seen = seen & ((qi != kv) | alone[b, h, qi])
         return seen
 
-    mask = flex.block_mask(_sorted_band(window, causal), length, length, q.device)
+    mask = flex.block_mask(_sorted_band(window, causal, q.device), length, length, q.device)
     mask = flex.with_refinement(mask, refine)
 
     def by_place(x: Tensor) -> Tensor:  # (B, H, T, K) in sorted order

@@ -28,16 +28,19 @@ from formers.kernels.blocks import GlobalKeys
 from formers.kernels.window import band_reach, head_dilations, split_globals
 
 
-def _band(window: int, causal: bool, dilations: tuple[int, ...]) -> flex.StaticMask:
+def _band(
+    window: int, causal: bool, dilations: tuple[int, ...], device: torch.device
+) -> flex.StaticMask:
     """The dilated band over positions, per head when the dilations differ."""
     steps = band_reach(window, causal)[0]  # window steps on the reaching side(s)
     uniform = len(set(dilations)) == 1
     widest = max(dilations) * steps
+    option = flex.options_tensor([steps, *dilations], device)  # (1 + H,)
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        d = dilations[0] if uniform else _per_head(dilations, h)
+        d = option[1 + h]
         gap = q - kv if causal else (q - kv).abs()
-        return (gap >= 0) & (gap <= steps * d) & (gap % d == 0)
+        return (gap >= 0) & (gap <= option[0] * d) & (gap % d == 0)
 
     return flex.StaticMask(
         mask_mod,
@@ -46,14 +49,6 @@ def _band(window: int, causal: bool, dilations: tuple[int, ...]) -> flex.StaticM
         left=widest,
         right=0 if causal else widest,
     )
-
-
-def _per_head(values: tuple[int, ...], h: Tensor) -> Tensor:
-    """values[h] from index arithmetic alone (no captured tensor: a static mask)."""
-    out = torch.zeros_like(h) + values[0]
-    for i, value in enumerate(values[1:], start=1):
-        out = torch.where(h == i, value, out)
-    return out
 
 
 def sliding_window_attention(
@@ -79,7 +74,7 @@ def sliding_window_attention(
     if length == 0:
         return torch.zeros_like(q)
     dilations = tuple(head_dilations(dilation, heads))
-    band = _band(window, causal, dilations)
+    band = _band(window, causal, dilations, q.device)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
 
     n_global = 0
@@ -146,11 +141,12 @@ def _global_refinement(
     return refine
 
 
-def _local_blocks(window: int, causal: bool) -> flex.StaticMask:
+def _local_blocks(window: int, causal: bool, device: torch.device) -> flex.StaticMask:
     """Blocks of `window` positions seeing their own and the previous block (and the next)."""
+    option = flex.options_tensor([window], device)
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        step = q // window - kv // window
+        step = q // option[0] - kv // option[0]
         near = (step >= 0) & (step <= 1) if causal else (step >= -1) & (step <= 1)
         return near & (kv <= q) if causal else near
 
@@ -180,7 +176,7 @@ def local_attention(
     length = q.shape[2]
     if length == 0:
         return torch.zeros_like(q)
-    mask = flex.block_mask(_local_blocks(window, causal), length, length, q.device)
+    mask = flex.block_mask(_local_blocks(window, causal, q.device), length, length, q.device)
     if key_valid is not None:
         mask = flex.with_refinement(mask, _valid_keys(key_valid))
     return flex.attend(q, k, v, mask, scale=scale)

@@ -235,3 +235,26 @@ def test_the_twins_trace_as_one_graph(monkeypatch):
     monkeypatch.setattr(flex, "_CACHE", {})
     traced = torch.compile(twins, backend="eager", fullgraph=True)
     torch.testing.assert_close(traced(q, k, v, valid, ids, bias), expected)
+
+
+@torch.no_grad()
+def test_one_compiled_kernel_serves_every_window(monkeypatch):
+    """Options are read from tensors, not written into the kernel: layers with their own windows
+    share one compiled FlexAttention (past dynamo's recompile limit, calls would fall back to the
+    unfused reference)."""
+    from torch._dynamo.utils import counters
+
+    q, k, v = (x.float() for x in qkv())
+    compiled = torch.compile(flex.flex_attention, backend="eager", dynamic=False)
+
+    def attend(q, k, v, mask, *, score_mod=None, scale=None):
+        return compiled(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+
+    monkeypatch.setattr(flex, "attend", attend)
+    counters.clear()
+    for width in (9, 13, 17):
+        flex_window.sliding_window_attention(q, k, v, window=width, causal=True, dilation=2)
+        flex_window.local_attention(q, k, v, width, causal=True)
+        ids = torch.randint(0, 3, (B, H, T))
+        flex_clusters.cluster_attention(q, q, v, ids, 3, width, causal=True, exclude_self=True)
+    assert counters["stats"]["unique_graphs"] == 3  # one per pattern
