@@ -61,17 +61,28 @@ def supported(q: Tensor) -> bool:
     return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
 
 
+_CACHE: dict[tuple[Any, ...], Any] = {}
+# A few shapes × options per model; a bound so that a sweep over lengths does not keep them all.
+_CACHE_SIZE = 64
+
+
 def options_tensor(values: Sequence[int], device: torch.device) -> Tensor:
     """A pattern's options as a (n,) long tensor for its mask_mod to read.
 
     A number written into a mask_mod is part of the compiled kernel: every window would compile
     its own (layers with their own windows, Beltagy et al. 2020 §4.1), and past dynamo's
     recompile limit the calls would fall back to the unfused reference. Read from a tensor, one
-    kernel serves them all. Filled in place, not copied from the host: no sync.
+    kernel serves them all. Filled in place, not copied from the host: no sync; kept with the
+    block masks (`block_mask`'s cache and its rule).
     """
+    key = ("options", tuple(values), str(device))
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
     out = torch.empty(len(values), dtype=torch.long, device=device)
     for i, value in enumerate(values):
         out[i] = value
+    _remember(key, out)
     return out
 
 
@@ -95,11 +106,6 @@ class StaticMask(NamedTuple):
     tail: int = 0
 
 
-_CACHE: dict[tuple[Any, ...], Any] = {}
-# A few shapes × options per model; a bound so that a sweep over lengths does not keep them all.
-_CACHE_SIZE = 64
-
-
 def block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
     """The BlockMask of `static` over (q_len, kv_len), built once per options, shape and device.
 
@@ -111,11 +117,17 @@ def block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device
     if cached is not None:
         return cached
     built = _build_block_mask(static, q_len, kv_len, device)
-    if not torch.compiler.is_compiling():
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = built
+    _remember(key, built)
     return built
+
+
+def _remember(key: tuple[Any, ...], value: Any) -> None:
+    """Cache `value` when built eagerly (inside a compiled graph it is the graph's own)."""
+    if torch.compiler.is_compiling():
+        return
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = value
 
 
 def _build_block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
