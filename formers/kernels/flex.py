@@ -61,6 +61,8 @@ def supported(q: Tensor) -> bool:
     return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
 
 
+# Mask entries evaluated at once while building a block mask (then counted per tile).
+_BUILD_CHUNK = 1 << 24
 _CACHE: dict[tuple[Any, ...], Any] = {}
 # A few shapes × options per model; a bound so that a sweep over lengths does not keep them all.
 _CACHE_SIZE = 64
@@ -153,14 +155,22 @@ def _build_block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch
     kv_tile = kv_tile.clamp(0, n_kv - 1)
 
     inner = torch.arange(BLOCK, device=device)
+    b = torch.zeros((), dtype=torch.long, device=device)
     h = torch.arange(static.heads, device=device).view(-1, 1, 1, 1, 1)  # (H|1, 1, 1, 1, 1)
-    qi = (q_tile[:, :, None, None] * BLOCK + inner[:, None])[None]  # (1, Qb, 1, BLOCK, 1)
-    kv = (kv_tile[:, :, None, None] * BLOCK + inner)[None]  # (1, Qb, C', 1, BLOCK)
-    seen = static.mask_mod(torch.zeros((), dtype=torch.long, device=device), h, qi, kv)
-    # pairs past the ends are not pairs (create_block_mask pads with False the same way)
-    inside = (qi < q_len) & (kv < kv_len)
-    seen = torch.broadcast_to(seen & inside, (static.heads, *kv_tile.shape, BLOCK, BLOCK))
-    count = seen.sum((-2, -1))  # (H, Qb, C')
+    # rows of tiles at a time: the mask's int64 intermediates stay under _BUILD_CHUNK elements
+    per_row = static.heads * kv_tile.shape[1] * BLOCK * BLOCK
+    rows = max(1, _BUILD_CHUNK // per_row)
+    counts = []
+    for first in range(0, n_q, rows):
+        q_rows, kv_rows = q_tile[first : first + rows], kv_tile[first : first + rows]
+        qi = (q_rows[:, :, None, None] * BLOCK + inner[:, None])[None]  # (1, r, 1, BLOCK, 1)
+        kv = (kv_rows[:, :, None, None] * BLOCK + inner)[None]  # (1, r, C', 1, BLOCK)
+        seen = static.mask_mod(b, h, qi, kv)
+        # pairs past the ends are not pairs (create_block_mask pads with False the same way)
+        seen = seen & (qi < q_len) & (kv < kv_len)
+        seen = torch.broadcast_to(seen, (static.heads, *kv_rows.shape, BLOCK, BLOCK))
+        counts.append(seen.sum((-2, -1)))  # (H, r, C')
+    count = torch.cat(counts, dim=1)  # (H, Qb, C')
     any_ = (count > 0) & usable
     full = (count == BLOCK * BLOCK) & usable
 

@@ -170,3 +170,16 @@ def test_block_masks_are_built_once_per_shape_and_options():
     assert flex.block_mask(flex_scores.causal_prefix(16), T, T + 16, cpu) is first
     assert flex.block_mask(flex_scores.causal_prefix(17), T, T + 17, cpu) is not first
     assert flex.block_mask(static, T + 1, T + 17, cpu) is not first
+
+
+def test_block_masks_built_a_row_of_tiles_at_a_time_are_the_same(monkeypatch):
+    """Long sequences build their tiles in chunks of rows (bounded memory): same tiles."""
+    static = flex_window._band(37, True, (1, 2, 3, 1), torch.device("cpu"))
+    whole = flex.block_mask(static, 700, 700, torch.device("cpu"))
+    monkeypatch.setattr(flex, "_CACHE", {})
+    monkeypatch.setattr(flex, "_BUILD_CHUNK", 1)
+    chunked = flex.block_mask(static, 700, 700, torch.device("cpu"))
+    assert chunked is not whole
+    assert torch.equal(tiles_computed(chunked), tiles_computed(whole))
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        assert torch.equal(getattr(chunked, name), getattr(whole, name))
