@@ -8,6 +8,10 @@ window.py          sliding-window attention with dilation and global keys, on th
 rolling_window.py  the rolling-window decoding step: the keys a causal window can still reach
 clusters.py        attention inside clusters, cut into blocks of their members (gathered)
 cost.py            what one token costs an attention layer (the cost model of `formers bench`)
+sparse.py          the one choice, by device, between the kernels above and their FlexAttention
+                   twins on CUDA: flex.py (block masks built once per shape, cached),
+                   flex_window.py (window, local blocks), flex_clusters.py, flex_scores.py
+                   (a relative bias by offset, a top-k threshold)
 
 Nothing here knows a layer, a mask object or a variant.
 """

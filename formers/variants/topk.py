@@ -14,6 +14,9 @@ Diff from vanilla:
     is vanilla. Selecting by value takes the whole (T, S) score matrix, so this runs on the
     explicit path (no fused kernel), and its memory is that of full attention's scores plus
     the (T, k) top values: the paper's selection saves no memory, it focuses the attention.
+  - on CUDA, `attend` finds each query's k-th score first (without gradient) and runs
+    FlexAttention with a score_mod that drops the scores below it (`formers.kernels.sparse`):
+    the (T, S) weights are then never stored for the backward pass.
 Our choices:
   - the selection comes after the causal and padding masks (a masked key is never selected);
     a row with fewer than k visible keys keeps all of them (k is clamped to the visible keys);
@@ -34,7 +37,9 @@ from torch import Tensor
 
 from formers.config import AttentionConfig, ModelConfig, positive
 from formers.kernels.attention import mask_scores
+from formers.kernels.sparse import threshold_attention
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
+from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
 
 
@@ -83,6 +88,30 @@ class TopKAttention(MultiHeadAttention):
     def from_config(cls, cfg: ModelConfig, options: TopKConfig) -> TopKAttention:
         """Build from a model config and a layer's `TopKConfig`."""
         return cls(cfg.d_model, cfg.n_heads, options, cfg.attn_dropout)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LayerState | None = None
+    ) -> Tensor:
+        """Eq. 5–7 for every head: on CUDA FlexAttention keeps the scores at or above each
+        query's k-th (found first, without gradient) over the causal tiles
+        (`formers.kernels.sparse`), else `scores` then `weights`."""
+
+        def explicit() -> Tensor:
+            return MultiHeadAttention.attend(self, q, k, v, mask, state)
+
+        if state is not None:  # decoding: a few queries against the cache, explicit
+            return explicit()
+        return threshold_attention(
+            q,
+            k,
+            v,
+            self.options.top_k,
+            causal=mask.causal,
+            key_valid=mask.key_valid,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+            explicit=explicit,
+        )
 
     def weights(self, scores: Tensor, mask: AttentionMask) -> Tensor:
         """Masked, then the top_k of each row (Eq. 6), then the softmax (Eq. 7); (B, H, T, S)."""

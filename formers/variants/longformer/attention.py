@@ -17,9 +17,10 @@ the softmax) and K_G the keys of the global tokens, both from the usual W^K, W^V
 
 Diff from vanilla:
   - `attend` runs the shared sliding-window kernel (`formers.kernels.window`: blocks of queries
-    against the few key blocks their window reaches, never an n×n tensor) instead of Eq. 1 over
-    all keys, causal (i − j ∈ {0, d, …, (w − 1)·d}, a decoder) or two-sided (|i − j| ∈ {0, d,
-    …, (w/2)·d}, an encoder).
+    against the few key blocks their window reaches, never an n×n tensor; on CUDA its
+    FlexAttention twin, chosen by `formers.kernels.sparse`) instead of Eq. 1 over all keys,
+    causal (i − j ∈ {0, d, …, (w − 1)·d}, a decoder) or two-sided (|i − j| ∈ {0, d, …,
+    (w/2)·d}, an encoder).
   - `forward` adds the global rows: they need the layer input x for Q_g, K_g, V_g, which
     `attend` never sees. In a causal stack a global token at p sees only positions ≤ p, and is
     seen only from p on.
@@ -49,7 +50,7 @@ from formers.errors import InputError
 from formers.kernels.attention import masked_attention
 from formers.kernels.record import kept, recording, take
 from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
-from formers.kernels.window import sliding_window_attention
+from formers.kernels.sparse import explicit_kernels, sliding_window_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
@@ -184,17 +185,18 @@ class LongformerAttention(MultiHeadAttention):
             positions = torch.tensor(tokens, device=q.device).expand(batch, -1)
             global_keys = (state.global_keys, state.global_values, None)
         if offset == 0:  # a prompt: the blocked kernel, then keep what the window still needs
-            out = sliding_window_attention(
-                q,
-                k,
-                v,
-                window=self.options.window,
-                causal=True,
-                dilation=self.options.dilation,
-                global_keys=global_keys,
-                global_positions=positions,
-                scale=self.scale,
-            )
+            with explicit_kernels():  # prompts of every length: no kernel compiled per length
+                out = sliding_window_attention(
+                    q,
+                    k,
+                    v,
+                    window=self.options.window,
+                    causal=True,
+                    dilation=self.options.dilation,
+                    global_keys=global_keys,
+                    global_positions=positions,
+                    scale=self.scale,
+                )
             state.append(k, v)
             return out
         state.append(k, v)

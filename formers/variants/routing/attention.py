@@ -10,7 +10,8 @@ Diff from vanilla:
     (§4; the official code's `share_qk` for decoders): one (D, D) W^Q serves both, so the
     projection is [W^Q for every head | W^K for the local heads | W^V for every head].
   - `attend` (whole): local heads run `local_attention`; routed heads are assigned to their
-    nearest centroid (`OnlineKMeans`) and run `cluster_attention` inside their clusters.
+    nearest centroid (`OnlineKMeans`) and run `cluster_attention` inside their clusters (on
+    CUDA both on FlexAttention, chosen by `formers.kernels.sparse`).
   - the module reports the commitment loss (`aux_loss`) and metrics (`Reports`), and keeps a
     `RoutingCache` for decoding: past keys and values with their clusters and ranks.
 Our choices, and why:
@@ -34,9 +35,9 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.errors import InputError
-from formers.kernels.blocks import local_attention
-from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
+from formers.kernels.clusters import cluster_ranks, ranked_attention
 from formers.kernels.record import recording, report, take_reports
+from formers.kernels.sparse import cluster_attention, explicit_kernels, local_attention
 from formers.layers.attention import NO_MASK, MultiHeadAttention
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
@@ -208,8 +209,9 @@ class RoutingAttention(MultiHeadAttention, Reports):
             key_ok = valid[:, None]
         first = state.length == 0
         state.extend(k=k, v=v, cluster=clusters, rank=rank, key_ok=key_ok, counts=counts)
-        if first:  # nothing before: the blocked kernels
-            return self.attend_blocks(q, k, v, mask, routed_q, routed)
+        if first:  # nothing before: the blocked kernels, explicit (no kernel compiled per length)
+            with explicit_kernels():
+                return self.attend_blocks(q, k, v, mask, routed_q, routed)
         groups = [(0, local, self.options.local_window, False), (local, heads, self.block, True)]
         outs = [
             ranked_attention(

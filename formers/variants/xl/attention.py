@@ -17,7 +17,8 @@ aligned with `rel_shift`, a view.
 Diff from vanilla:
   - `scores` adds terms (b)–(d), and folds the causal mask in while it lays the aligned position
     terms out (the one pass over (T, S) that the scores need anyway); `weights` is then a plain
-    softmax. The explicit path, not the fused kernel.
+    softmax. The explicit path, not the fused kernel; on CUDA `attend` runs FlexAttention
+    instead, (b)+(d) read by a score_mod from the unshifted terms (`formers.kernels.sparse`).
   - one more projection per layer, W_{k,R} (`r_proj`); u, v (`u`, `v`) shared by all layers in
     the reference code, per layer with `untie_rel_bias`; no biases on the projections.
   - keys and values are computed from context = cat(memory, x); no absolute positions.
@@ -37,10 +38,12 @@ from torch import Tensor, nn
 
 from formers.config import ModelConfig
 from formers.kernels.attention import adds_mask_as_bias, blocked_bias, mask_scores
+from formers.kernels.sparse import offset_bias_attention
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
 from formers.variants.xl.config import XLConfig
+from formers.variants.xl.mask import XLMask
 
 
 def relative_sinusoid(distances: Tensor, d_model: int, dtype: torch.dtype) -> Tensor:
@@ -136,6 +139,37 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         r = self.r_proj(relative_sinusoid(distances, self.d_model, weight.dtype))  # (S + 1, D)
         return r.view(key_len + 1, self.n_heads, self.d_head).transpose(0, 1)  # (H, S + 1, K)
 
+    def position_scores(self, q: Tensor, key_len: int) -> Tensor:
+        """Terms (b) + (d) over scaled queries (B, H, T, K) against distances S−1 … −1:
+        (B, H, T, S + 1), column c for distance S − 1 − c (unaligned: see `rel_shift`)."""
+        v = self.v.view(self.n_heads, 1, self.d_head).to(q.dtype)  # (H, 1, K)
+        r = self.relative_keys(key_len, q.device).to(q.dtype)  # (H, S + 1, K)
+        # 1/√d_k goes on the (T, K) queries, not on the (T, S) scores: one pass fewer over them.
+        return ((q + v) * self.scale) @ r.transpose(-2, -1)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: AttentionMask, state: LayerState | None = None
+    ) -> Tensor:
+        """Eq. 4 then Eq. 1: on CUDA the relative terms (b) + (d) are a score_mod of FlexAttention
+        over the causal tiles (`formers.kernels.sparse`), else `scores` and `weights`."""
+
+        def explicit() -> Tensor:
+            return MultiHeadAttention.attend(self, q, k, v, mask, state)
+
+        if not isinstance(mask, XLMask) or mask.key_valid is not None or state is not None:
+            return explicit()
+        u = self.u.view(self.n_heads, 1, self.d_head).to(q.dtype)  # (H, 1, K)
+        return offset_bias_attention(
+            q + u,  # (a) + (c): (q_i + u)ᵀ k_j
+            k,
+            v,
+            lambda: self.position_scores(q, k.shape[-2]),
+            window=mask.window,
+            scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+            explicit=explicit,
+        )
+
     def scores(self, q: Tensor, k: Tensor, mask: AttentionMask) -> Tensor:
         """A^rel / √d_k for queries (B, H, T, K) against keys (B, H, S, K), masked: (B, H, T, S).
 
@@ -145,10 +179,7 @@ class RelativeMultiHeadAttention(MultiHeadAttention):
         batch, heads, length, _ = q.shape
         key_len = k.shape[-2]
         u = self.u.view(heads, 1, self.d_head).to(q.dtype)  # (H, 1, K)
-        v = self.v.view(heads, 1, self.d_head).to(q.dtype)
-        r = self.relative_keys(key_len, q.device).to(q.dtype)  # (H, S + 1, K)
-        # 1/√d_k goes on the (T, K) queries, not on the (T, S) scores: one pass fewer over them.
-        position = ((q + v) * self.scale) @ r.transpose(-2, -1)  # (b) + (d), (B, H, T, S + 1)
+        position = self.position_scores(q, key_len)  # (b) + (d), (B, H, T, S + 1)
         shifted = rel_shift(position.flatten(0, 1))  # aligned to i − j, a view (B·H, T, S)
         allowed = mask.dense(length, key_len, q.device)  # (B|1, 1, T, S) bool
         folds_mask = allowed is not None and adds_mask_as_bias(q.dtype)

@@ -15,9 +15,10 @@ from formers.layers.mask import AttentionMask
 
 @dataclass(frozen=True)
 class XLMask(AttentionMask):
-    """A dense (T, S) mask, built once per segment and layer."""
+    """A dense (T, S) mask, built once per segment and layer, and the rule it holds."""
 
     allowed: Tensor | None = None  # (T, S) bool
+    window: int | None = None  # keys further than this are masked (same_length); None: none
 
     def dense(self, query_len: int, key_len: int, device: torch.device) -> Tensor:
         if self.allowed is None or self.allowed.shape != (query_len, key_len):
@@ -44,4 +45,4 @@ def xl_mask(
     allowed = distance >= 0
     if same_length_window is not None:
         allowed &= distance <= same_length_window
-    return XLMask(causal=True, allowed=allowed)
+    return XLMask(causal=True, allowed=allowed, window=same_length_window)

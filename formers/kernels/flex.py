@@ -1,0 +1,295 @@
+"""Block-sparse attention on FlexAttention (`torch.nn.attention.flex_attention`, Dong et al.
+2024, https://arxiv.org/abs/2412.05496): the machinery every CUDA twin of a sparse kernel shares.
+
+FlexAttention runs Eq. 1 tile by tile (tiles of `BLOCK` queries × `BLOCK` keys) and skips the
+tiles a `BlockMask` leaves out, so a pattern that keeps a band of tiles costs O(T·band). Inside
+the tiles it keeps, a `mask_mod(b, h, q, kv) -> bool` says which pairs are visible (skipped on
+tiles marked full) and a `score_mod(score, b, h, q, kv)` may change a score; both may read
+tensors they close over (cluster ids, padding, a bias), all on the device, without a host sync.
+
+A pattern is described here by a `StaticMask`: the part of the mask that depends only on
+shapes and options (a band, a window, causality), with the reach of its band. Its block mask is
+built once per (options, shape, device) and cached (`block_mask`); the part that depends on
+the data (padding, clusters) is a `refine` mask_mod applied on top, inside the same tiles
+(`with_refinement`), so the tiles never depend on the data and no shape does either.
+
+On CUDA the call is compiled (torch.compile of `flex_attention`: the fused Triton kernels); on
+the CPU it runs FlexAttention's eager reference, forward only (it has no CPU backward), which
+the tests use to check every twin against the explicit kernels.
+
+Shapes: B batch, H heads, T queries, S keys, K head dim, Qb / Sb tiles of queries / keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+try:  # torch >= 2.5; `supported` says whether this torch has what the twins need
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # pragma: no cover - older torch
+    BlockMask = flex_attention = None  # type: ignore[assignment,misc]
+
+# Tiles of 128 × 128: FlexAttention's default sparse block (_DEFAULT_SPARSE_BLOCK_SIZE), the
+# size its Triton kernels are tuned for.
+BLOCK = 128
+# 2.6: gradients of tensors a score_mod reads (the relative term, pytorch/pytorch#137452) and
+# BlockMask(seq_lengths=...) for lengths that are not a multiple of BLOCK; 2.5 has neither.
+MIN_TORCH = (2, 6)
+# Tensor cores multiply at least 16 channels a step.
+MIN_HEAD_DIM = 16
+
+MaskMod = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+# read once: a compiled graph then sees a constant, not a string to parse
+_HAS_TWINS = flex_attention is not None and torch_version() >= MIN_TORCH
+
+
+def supported(q: Tensor) -> bool:
+    """Whether this torch's FlexAttention can run the twins for q (…, T, K): torch >= 2.6 and
+    a head dim of at least 16. Says nothing of the device (`formers.kernels.sparse` decides)."""
+    return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
+
+
+# Mask entries evaluated at once while building a block mask (then counted per tile).
+_BUILD_CHUNK = 1 << 24
+_CACHE: dict[tuple[Any, ...], Any] = {}
+# A few shapes × options per model; a bound so that a sweep over lengths does not keep them all.
+_CACHE_SIZE = 64
+
+
+def options_tensor(values: Sequence[int], device: torch.device) -> Tensor:
+    """A pattern's options as a (n,) long tensor for its mask_mod to read.
+
+    A number written into a mask_mod is part of the compiled kernel: every window would compile
+    its own (layers with their own windows, Beltagy et al. 2020 §4.1), and past dynamo's
+    recompile limit the calls would fall back to the unfused reference. Read from a tensor, one
+    kernel serves them all. Filled in place, not copied from the host: no sync; kept with the
+    block masks (`block_mask`'s cache and its rule).
+    """
+    key = ("options", tuple(values), str(device))
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    out = torch.empty(len(values), dtype=torch.long, device=device)
+    for i, value in enumerate(values):
+        out[i] = value
+    _remember(key, out)
+    return out
+
+
+class StaticMask(NamedTuple):
+    """The part of a pattern that depends on shapes and options only.
+
+    mask_mod: (b, h, q, kv) -> bool, built from index arithmetic and the tensors of `key`'s
+        options only, written with broadcasting ops (it is also called on whole grids).
+    key: hashable, the options that determine mask_mod (with the shapes, the cache key).
+    heads: 1 when mask_mod ignores h, else H.
+    left, right: every visible pair has −right <= q − kv <= left (None: no bound), except
+        keys in the last `tail` tiles of keys, which any query may see.
+    tail: tiles of keys at the end that lie outside the band (appended global keys).
+    """
+
+    mask_mod: MaskMod
+    key: Hashable
+    heads: int = 1
+    left: int | None = None
+    right: int | None = None
+    tail: int = 0
+
+
+def block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
+    """The BlockMask of `static` over (q_len, kv_len), built once per options, shape and device.
+
+    Built inside a compiled graph (the first call of a shape while tracing), it is part of
+    that graph and not cached: the cache is filled by eager calls only.
+    """
+    key = (static.key, static.heads, q_len, kv_len, str(device))
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    built = _build_block_mask(static, q_len, kv_len, device)
+    _remember(key, built)
+    return built
+
+
+def _remember(key: tuple[Any, ...], value: Any) -> None:
+    """Cache `value` when built eagerly (inside a compiled graph it is the graph's own)."""
+    if torch.compiler.is_compiling():
+        return
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = value
+
+
+def _build_block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
+    """Evaluate mask_mod on the candidate tiles only (those the band reaches, and the tail):
+    O(T·band) work and memory, never a (T, S) grid."""
+    n_q, n_kv = -(-q_len // BLOCK), -(-kv_len // BLOCK)
+    n_band = n_kv - static.tail  # tiles of keys inside the band
+    # tile offset Δ = query tile − key tile; its pairs have q − kv in [Δ·BLOCK ± (BLOCK − 1)]
+    low = -(n_band - 1) if static.right is None else -((static.right + BLOCK - 1) // BLOCK)
+    high = n_q - 1 if static.left is None else (static.left + BLOCK - 1) // BLOCK
+    offsets = torch.arange(max(low, -(n_band - 1)), min(high, n_q - 1) + 1, device=device)
+    q_tile = torch.arange(n_q, device=device)[:, None]  # (Qb, 1)
+    kv_tile = torch.cat(
+        [
+            q_tile - offsets[None, :],  # (Qb, C) band candidates
+            torch.arange(n_band, n_kv, device=device).expand(n_q, -1),  # (Qb, tail)
+        ],
+        dim=1,
+    )  # (Qb, C + tail)
+    usable = (kv_tile >= 0) & (kv_tile < n_kv)
+    if static.tail:
+        usable[:, : offsets.numel()] &= kv_tile[:, : offsets.numel()] < n_band
+    kv_tile = kv_tile.clamp(0, n_kv - 1)
+
+    inner = torch.arange(BLOCK, device=device)
+    b = torch.zeros((), dtype=torch.long, device=device)
+    h = torch.arange(static.heads, device=device).view(-1, 1, 1, 1, 1)  # (H|1, 1, 1, 1, 1)
+    # rows of tiles at a time: the mask's int64 intermediates stay under _BUILD_CHUNK elements
+    per_row = static.heads * kv_tile.shape[1] * BLOCK * BLOCK
+    rows = max(1, _BUILD_CHUNK // per_row)
+    counts = []
+    for first in range(0, n_q, rows):
+        q_rows, kv_rows = q_tile[first : first + rows], kv_tile[first : first + rows]
+        qi = (q_rows[:, :, None, None] * BLOCK + inner[:, None])[None]  # (1, r, 1, BLOCK, 1)
+        kv = (kv_rows[:, :, None, None] * BLOCK + inner)[None]  # (1, r, C', 1, BLOCK)
+        seen = static.mask_mod(b, h, qi, kv)
+        # pairs past the ends are not pairs (create_block_mask pads with False the same way)
+        seen = seen & (qi < q_len) & (kv < kv_len)
+        seen = torch.broadcast_to(seen, (static.heads, *kv_rows.shape, BLOCK, BLOCK))
+        counts.append(seen.sum((-2, -1)))  # (H, r, C')
+    count = torch.cat(counts, dim=1)  # (H, Qb, C')
+    any_ = (count > 0) & usable
+    full = (count == BLOCK * BLOCK) & usable
+
+    def dense(tiles: Tensor) -> Tensor:  # (H, Qb, C') -> (1, H, Qb, Sb) bool
+        out = torch.zeros(static.heads, n_q, n_kv + 1, dtype=torch.bool, device=device)
+        column = torch.where(tiles, kv_tile, n_kv).expand_as(tiles)  # unused: spare column
+        return out.scatter_(-1, column, tiles)[None, ..., :n_kv]
+
+    return _from_dense(dense(any_ & ~full), dense(full), q_len, kv_len, static.mask_mod)
+
+
+def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
+    """(…, Qb, Sb) bool -> tiles per row (…, Qb) and their indices first (…, Qb, Sb), int32."""
+    count = dense.sum(-1).to(torch.int32)
+    order = torch.argsort(dense.to(torch.int8), dim=-1, descending=True, stable=True)
+    return count.contiguous(), order.to(torch.int32).contiguous()
+
+
+def _from_dense(partial: Tensor, full: Tensor, q_len: int, kv_len: int, mask_mod: MaskMod) -> Any:
+    kv_count, kv_index = _ordered(partial)
+    full_count, full_index = _ordered(full)
+    q_count, q_index = _ordered(partial.transpose(-2, -1))
+    full_q_count, full_q_index = _ordered(full.transpose(-2, -1))
+    return BlockMask(
+        seq_lengths=(q_len, kv_len),
+        kv_num_blocks=kv_count,
+        kv_indices=kv_index,
+        full_kv_num_blocks=full_count,
+        full_kv_indices=full_index,
+        q_num_blocks=q_count,
+        q_indices=q_index,
+        full_q_num_blocks=full_q_count,
+        full_q_indices=full_q_index,
+        BLOCK_SIZE=(BLOCK, BLOCK),
+        mask_mod=mask_mod,
+    )
+
+
+def with_refinement(mask: Any, refine: MaskMod) -> Any:
+    """`mask`'s tiles, every one of them partial, under mask_mod = static ∧ refine.
+
+    The refinement reads this call's tensors (padding, clusters): it must be applied on every
+    pair, so no tile may be skipped as full. Only the tiles' lists move; nothing is rebuilt.
+    """
+    static = mask.mask_mod
+
+    def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        return static(b, h, q, kv) & refine(b, h, q, kv)
+
+    kv_count, kv_index = _merge(
+        mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks, mask.full_kv_indices
+    )
+    q_count, q_index = _merge(
+        mask.q_num_blocks, mask.q_indices, mask.full_q_num_blocks, mask.full_q_indices
+    )
+    return BlockMask(
+        seq_lengths=mask.seq_lengths,
+        kv_num_blocks=kv_count,
+        kv_indices=kv_index,
+        full_kv_num_blocks=None,
+        full_kv_indices=None,
+        q_num_blocks=q_count,
+        q_indices=q_index,
+        full_q_num_blocks=None,
+        full_q_indices=None,
+        BLOCK_SIZE=mask.BLOCK_SIZE,
+        mask_mod=mask_mod,
+    )
+
+
+def _merge(count: Tensor, index: Tensor, full_count: Tensor, full_index: Tensor) -> tuple:
+    """Partial and full tile lists as one list of partial tiles (the same tiles)."""
+    n = index.shape[-1]
+    slot = torch.arange(n, device=index.device)
+    tiles = torch.zeros(*index.shape[:-1], n + 1, dtype=torch.bool, device=index.device)
+    for c, i in ((count, index), (full_count, full_index)):
+        taken = slot < c[..., None]  # (…, n) the first c entries are tiles
+        tiles.scatter_(-1, torch.where(taken, i.long(), n), taken)
+    return _ordered(tiles[..., :n])
+
+
+_COMPILED: dict[str, Callable[..., Tensor]] = {}
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Any,
+    *,
+    score_mod: ScoreMod | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """FlexAttention of q (B, H, T, K) against k, v (B, H, S, K) under `mask`: compiled on
+    CUDA, the eager reference elsewhere (forward only). Rows with no visible key are zero."""
+    dtype = common_dtype(q, k, v)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    if q.device.type == "cuda":
+        run = _COMPILED.get("cuda")
+        if run is None:
+            run = _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
+    else:
+        run = flex_attention
+    return run(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+
+
+def common_dtype(*tensors: Tensor) -> torch.dtype:
+    """The dtype attention runs in: autocast's where it is on (as it casts the inputs of torch's
+    fused kernel; FlexAttention is not on its lists), else the inputs' promoted dtype (a layer
+    norm under autocast hands fp32 queries to bf16 values)."""
+    device = tensors[0].device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    dtype = tensors[0].dtype
+    for tensor in tensors[1:]:
+        dtype = torch.promote_types(dtype, tensor.dtype)
+    return dtype
+
+
+def tiles_of(mask: Any) -> Tensor:
+    """(B|1, H|1, Qb, Sb) bool: the tiles `mask` computes (partial or full), for the tests."""
+    return mask.to_dense().bool()

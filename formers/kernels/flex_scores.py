@@ -1,0 +1,145 @@
+"""Full attention with a changed score, on FlexAttention: a bias laid out by key offset, and a
+per-query threshold. The mask is causal over a prefix (a cache or a memory), optionally cut to a
+window, so the tiles above the diagonal are never computed.
+
+  offset_bias_attention   score(i, j) = q_i·k_j · scale + bias[i, j + T − 1 − i]: a relative-
+                          position term computed against every distance once (Dai et al. 2019,
+                          Eq. 4 terms (b)+(d), the layout `rel_shift` aligns), read by a
+                          score_mod instead of being shifted into a (T, S) copy; its gradient
+                          flows back through the score_mod (torch >= 2.6).
+  threshold_attention     only scores at or above each query's k-th largest stay (Zhao et al.
+                          2019, Eq. 6): the k-th is found first without gradient, in chunks of
+                          queries, and a score_mod drops the rest; (T, S) weights are never
+                          kept for the backward pass.
+
+Shapes: B batch, H heads, T queries, S keys (the last T of them the queries' own positions),
+K head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from formers.kernels import flex
+from formers.kernels.attention import causal_mask
+
+# Scores computed at once while searching the k-th largest: 2²⁶ per chunk of queries.
+THRESHOLD_CHUNK = 1 << 26
+# fp32/fp64: the kernel and the search add a query's products in different orders, so the
+# k-th score may come out a few units in the last place apart; a score this close to it counts
+# as a tie (kept). In bf16/fp16 both are rounded to the dtype before comparing, as the explicit
+# path compares its rounded scores.
+TIE_ULPS = 8
+
+
+def causal_prefix(memory_len: int, window: int | None = None) -> flex.StaticMask:
+    """Query i, at position memory_len + i, sees key j iff 0 <= memory_len + i − j (<= window)."""
+
+    def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+        distance = memory_len + q - kv
+        seen = distance >= 0
+        return seen if window is None else seen & (distance <= window)
+
+    return flex.StaticMask(
+        mask_mod,
+        key=("causal", memory_len, window),
+        left=None if window is None else window - memory_len,
+        right=memory_len,
+    )
+
+
+def _mask(q_len: int, kv_len: int, causal: bool, key_valid: Tensor | None, device) -> object:
+    if causal:
+        static = causal_prefix(kv_len - q_len)
+    else:
+        static = flex.StaticMask(lambda b, h, q, kv: kv >= 0, key=("full",))
+    mask = flex.block_mask(static, q_len, kv_len, device)
+    if key_valid is not None:
+        mask = flex.with_refinement(mask, lambda b, h, q, kv: key_valid[b, kv])
+    return mask
+
+
+def offset_bias_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    bias: Tensor,
+    *,
+    window: int | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Causal attention of q (B, H, T, K) over k, v (B, H, S, K), S >= T, with the score of query
+    i and key j raised by bias[b, h, i, j + T − 1 − i] (bias (B|1, H, T, S + 1): column c is
+    distance S − 1 − c from the query's position S − T + i). Keys at distance > window unseen."""
+    q_len, kv_len = q.shape[2], k.shape[2]
+    mask = flex.block_mask(causal_prefix(kv_len - q_len, window), q_len, kv_len, q.device)
+    last = bias.shape[-1] - 1
+    bias = bias.expand(q.shape[0], *bias.shape[1:])
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
+        column = (kv + q_len - 1 - qi).clamp(0, last)  # masked pairs read any column
+        return score + bias[b, h, qi, column]
+
+    return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
+
+
+def kth_largest(
+    q: Tensor,
+    k: Tensor,
+    top_k: int,
+    *,
+    causal: bool,
+    key_valid: Tensor | None,
+    scale: float,
+) -> Tensor:
+    """(B, H, T): each query's top_k-th largest visible score (−inf when it sees fewer keys),
+    scores rounded to q's dtype as the explicit path rounds them; without gradient."""
+    batch, heads, q_len, _ = q.shape
+    kv_len = k.shape[2]
+    top_k = min(top_k, kv_len)
+    rows = max(1, min(q_len, THRESHOLD_CHUNK // max(1, batch * heads * kv_len)))
+    allowed = None
+    if causal:
+        allowed = causal_mask(q_len, kv_len, q.device)  # (T, S)
+    out = []
+    with torch.no_grad():
+        for start in range(0, q_len, rows):
+            scores = (q[:, :, start : start + rows] @ k.transpose(-2, -1)) * scale
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed[start : start + rows], -math.inf)
+            if key_valid is not None:
+                scores = scores.masked_fill(~key_valid[:, None, None, :], -math.inf)
+            # the k-th largest is the (S − k + 1)-th smallest
+            out.append(scores.kthvalue(kv_len - top_k + 1, dim=-1).values)  # (B, H, rows)
+    return torch.cat(out, dim=-1)
+
+
+def threshold_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    top_k: int,
+    *,
+    causal: bool,
+    key_valid: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention of q (B, H, T, K) over k, v (B, H, S, K) keeping each query's top_k scores and
+    those tied with the k-th (causal: query i sees keys j <= S − T + i; key_valid (B, S))."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    dtype = flex.common_dtype(q, k, v)  # the scores' dtype, as the explicit path rounds them
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    kth = kth_largest(q, k, top_k, causal=causal, key_valid=key_valid, scale=scale)
+    low_precision = dtype in (torch.bfloat16, torch.float16)
+    if not low_precision:
+        kth = kth - kth.abs() * (TIE_ULPS * torch.finfo(dtype).eps)
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
+        compared = score.to(dtype) if low_precision else score
+        return torch.where(compared >= kth[b, h, qi], score, -math.inf)
+
+    mask = _mask(q.shape[2], k.shape[2], causal, key_valid, q.device)
+    return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
