@@ -11,11 +11,11 @@ lines paired with the next line (the speed depends on lengths, not on what the t
 Each step's wall time is read from the trainer's own record (`tokens_per_s` over a window of one
 step, from the start of the loop): the step and its logging, not the final evaluation. tokens/s
 is the median over the timed steps; max/min the slowest timed step over the fastest; compile
-seconds (a compiled run) the warm-up steps' time beyond as many median steps, where torch.compile
-does its work (and again at any step that changes what it compiled for). The same excess of the
-eager run, the first steps' set-up, stands beside it. graphs and breaks: dynamo's counters in
-the run's process. Each run gets a fresh inductor cache (unless --warm-cache), so compile
-seconds are those of a first compilation on the machine.
+seconds (a compiled run) the warm-up steps' time beyond what their tokens take at that rate,
+where torch.compile does its work (and again at any step that changes what it compiled for).
+The same excess of the eager run, the first steps' set-up, stands beside it. graphs and breaks:
+dynamo's counters in the run's process. Each run gets a fresh inductor cache (unless
+--warm-cache), so compile seconds are those of a first compilation on the machine.
 
     python benchmarks/train_compile.py --device cuda --json runs/train-compile.json
     python benchmarks/train_compile.py --presets vanilla routing --device cpu \
@@ -145,16 +145,18 @@ def summarise(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     timed, warm = seconds[warmup:], seconds[:warmup]
     if not timed:
         raise FormersError(f"the run logged {len(records)} steps, none after {warmup} warm-up")
-    step = statistics.median(timed)
+    rate = statistics.median(rates[warmup:])
     compile_metrics = {k: v for r in records for k, v in r.items() if "compile" in k}
     return {
         "step_tokens": tokens,
         "step_seconds": seconds,
-        "tokens_per_second": statistics.median(rates[warmup:]),
-        "median_step_seconds": step,
+        "tokens_per_second": rate,
+        "median_step_seconds": statistics.median(timed),
         "max_over_min": max(timed) / min(timed),
         "warmup_seconds": warm,
-        "warmup_excess_seconds": sum(warm) - len(warm) * step,
+        # beyond what the warm-up steps' tokens take at the timed rate (translation batches
+        # differ in size)
+        "warmup_excess_seconds": sum(warm) - sum(tokens[:warmup]) / rate,
         "trainer_compile_metrics": compile_metrics,
     }
 

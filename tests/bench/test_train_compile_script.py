@@ -28,6 +28,16 @@ def test_steps_are_read_from_records_written_every_step():
     assert s["warmup_excess_seconds"] == pytest.approx(10 + 1 - 2 * 1)
 
 
+def test_the_warm_up_excess_counts_what_its_tokens_take_at_the_timed_rate():
+    # translation batches differ in size: a big first step is not compilation
+    windows, rates = [300, 100, 200, 100], [30.0, 100.0, 100.0, 100.0]
+    totals = [sum(windows[: i + 1]) for i in range(4)]
+    records = [{"tokens": t, "tokens_per_s": r} for t, r in zip(totals, rates, strict=True)]
+    s = train_compile.summarise(records, warmup=1)
+    assert s["step_seconds"] == pytest.approx([10, 1, 2, 1])
+    assert s["warmup_excess_seconds"] == pytest.approx(10 - 300 / 100)
+
+
 def test_a_run_with_no_step_after_its_warm_up_is_an_error():
     with pytest.raises(Exception, match="none after 3 warm-up"):
         train_compile.summarise([{"tokens": 1, "tokens_per_s": 1.0}], warmup=3)
