@@ -52,10 +52,10 @@ def test_the_training_step_on_cuda_uses_fused_adamw():
 
 def test_bench_compile_and_sweep_on_cuda(tmp_path):
     out = tmp_path / "report"
-    argv = ["bench", "--presets", "vanilla", "longformer", "--device", "cuda", "--n-layers", "1"]
+    argv = ["bench", "--presets", "vanilla", "--device", "cuda", "--n-layers", "1"]
     argv += ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--seq-len", "32"]
     argv += ["--batch-size", "2", "--gen-tokens", "0", "--repeats", "3", "--warmup", "1"]
-    argv += ["--compile", "--compile-backend", "eager", "--sweep", "32", "64", "--no-plots"]
+    argv += ["--compile", "--compile-backend", "eager", "--sweep", "64", "--no-plots"]
     assert main([*argv, "--out", str(out)]) == 0
     report = json.loads((out / "bench.json").read_text())
     assert report["settings"]["precision"] == "bf16"  # auto on a GPU with bf16
@@ -64,8 +64,8 @@ def test_bench_compile_and_sweep_on_cuda(tmp_path):
     assert report["results"]["vanilla"]["peak_train_memory_bytes"] > 4 * weights
     for r in report["compile"]["results"].values():
         assert r["status"] == "ok" and r["compiled"]["peak_train_memory_bytes"] > 4 * weights
-    runs = report["sweep"]["runs"]
-    assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
+    runs = report["sweep"]["runs"]  # measured in a fresh process of its own
+    assert len(runs) == 1 and all(r["status"] == "ok" for r in runs)
     assert all(r["peak_train_memory_bytes"] > 0 for r in runs)
 
 
@@ -75,7 +75,7 @@ def test_a_peers_row_on_cuda_reports_its_process_peak_memory(tmp_path):
     out = tmp_path / "rows.json"
     argv = "--device cuda --precision bf16 --repeats 2 --warmup 1 --n-layers 1 --d-model 32 "
     argv += f"--n-heads 2 --d-ff 64 --seq-len 16 --batch-size 2 --vocab 64 --json {out} "
-    assert peers.main([*argv.split(), "--rows", "vanilla:bare", "vanilla:formers"]) == 0
+    assert peers.main([*argv.split(), "--rows", "vanilla:formers"]) == 0
     for row in json.loads(out.read_text())["rows"]:
         assert row["status"] == "ok", row["note"]
         assert row["peak_memory_bytes"] > 4 * 4 * row["params"]  # weights, grads, 2 moments
