@@ -8,10 +8,10 @@
 #   bash scripts/gpu_check.sh peers-compiled compile train-compile     only these, in this order
 #   GPU_CHECK_DRY=1 bash scripts/gpu_check.sh       the plumbing, on the CPU at tiny sizes
 #
-# Output, in $OUT (default runs/gpu-check): gpu_check.log (everything printed), gpu_check.json
-# (the machine, and per part its command, exit status, seconds and JSON results; rewritten
-# after each part) and results.tar.gz (every report folder). Then
-#   python scripts/gpu_report.py runs/gpu-check [MORE_RUNS ...] --write docs/benchmarks.md
+# Output, in $OUT (default runs/gpu-check-DATE-TIME): gpu_check.log (everything printed),
+# gpu_check.json (the machine, and per part its command, exit status, seconds and JSON results;
+# rewritten after each part) and results.tar.gz (every report folder). Then
+#   python scripts/gpu_report.py runs/gpu-check-* --write docs/benchmarks.md
 # regenerates the GPU section (a later run's parts replace an earlier run's).
 #
 # Nothing heavy is installed: it uses the machine's python3 (GPU_CHECK_PYTHON) with the
@@ -22,7 +22,7 @@
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-out="${OUT:-$root/runs/gpu-check}"
+out="${OUT:-$root/runs/gpu-check-$(date +%Y%m%d-%H%M%S)}"
 python="${GPU_CHECK_PYTHON:-python3}"
 dry="${GPU_CHECK_DRY:-0}"
 mkdir -p "$out"

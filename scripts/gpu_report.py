@@ -1,8 +1,8 @@
 """The GPU section of docs/benchmarks.md, from the runs of scripts/gpu_check.sh.
 
-    python scripts/gpu_report.py runs/gpu-check                    print the section
+    python scripts/gpu_report.py runs/gpu-check-*                  print the section
     python scripts/gpu_report.py runs/a runs/b --write docs/benchmarks.md
-    python scripts/gpu_report.py runs/gpu-check --targets          the targets, met or not
+    python scripts/gpu_report.py runs/gpu-check-* --targets        the targets, met or not
 
 Each argument is a gpu_check.json or a folder holding one; a later run's parts replace an
 earlier run's, so a second run of the parts the first did not reach completes the section.
