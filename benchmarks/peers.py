@@ -25,8 +25,19 @@ Families and candidates:
                    blocks: each query sees its block of --window and the one before), on the
                    vanilla family's model
 With --compile, bare and formers also run with torch.compile (`bare+compile`,
-`formers+compile`). Every candidate runs with the malloc setting of formers commands
-(formers/cpu_allocator.py) unless --default-malloc is given: one process, the same for all.
+`formers+compile`); with --compile all, every candidate does. Every candidate runs with the
+malloc setting of formers commands (formers/cpu_allocator.py) unless --default-malloc is given:
+one process, the same for all.
+
+On a GPU (--device cuda) every candidate takes the same step under bf16 autocast with torch's
+fused AdamW (formers' own optimizer is fused there too), timed by CUDA events. --shape gpt2-small
+is GPT-2 small's shape (12 layers, d_model 768, 12 heads, d_ff 3,072, vocabulary 50,257, batch
+16 × 1,024 tokens). --rows times named rows, each alone in a fresh process of its own
+(benchmarks/peer_rows.py), with its compile seconds and the process's peak GPU memory:
+
+    python benchmarks/peers.py --device cuda --shape gpt2-small --precision bf16 \
+        --rows vanilla:bare vanilla:formers vanilla:hf-gpt2 vanilla:x-transformers \
+        vanilla:formers+compile --repeats 10 --warmup 3 --json runs/peers-gpu.json
 
 The peers are optional: `pip install -e '.[peers]'`; a library that is not installed is skipped.
 
@@ -48,15 +59,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import peer_rows
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 import formers
+from formers.bench.hardware import machine_info, resolve_device
 from formers.bench.timing import interleaved, median
 from formers.cpu_allocator import keep_freed_memory
+from formers.errors import FormersError
 from formers.train.config import TrainConfig
-from formers.train.optim import make_optimizer
+from formers.train.optim import fusable, make_optimizer
 
 
 @dataclass(frozen=True)
@@ -129,6 +143,7 @@ class Candidate:
     loss: Callable[[Tensor, Tensor], Tensor]
     optimizer: torch.optim.Optimizer | None = None
     clip: float = 1.0
+    note: str = ""  # how it was built, where that can differ (the attention implementation)
 
 
 def lm_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -206,8 +221,12 @@ def hf_gpt2(s: Shape) -> Candidate:
         vocab_size=s.vocab, n_positions=s.seq_len, n_embd=s.d_model, n_layer=s.n_layers,
         n_head=s.n_heads, n_inner=s.d_ff, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
     )  # fmt: skip
-    model = GPT2LMHeadModel(cfg)
-    return Candidate(model, lambda x, y: lm_loss(model(x).logits, y))
+    try:  # GPT-2 on torch's fused attention, where this transformers has it (4.48+)
+        model = GPT2LMHeadModel._from_config(cfg, attn_implementation="sdpa")
+    except (TypeError, ValueError, ImportError):
+        model = GPT2LMHeadModel(cfg)
+    note = f"attention: {getattr(model.config, '_attn_implementation', 'eager')}"
+    return Candidate(model, lambda x, y: lm_loss(model(x).logits, y), note=note)
 
 
 def hf_transfo_xl(s: Shape) -> Candidate:
@@ -454,10 +473,17 @@ FAMILIES: dict[str, dict[str, tuple[Callable[[], bool], Callable[[Shape], Candid
 # ------------------------------------------------------------------------------- the timing
 
 
-def train_step(c: Candidate, x: Tensor, y: Tensor, precision: str) -> Callable[[], None]:
+def train_step(
+    c: Candidate, x: Tensor, y: Tensor, precision: str, device: torch.device | None = None
+) -> Callable[[], None]:
+    """The step every candidate takes: forward and loss (under bf16 autocast when asked),
+    backward, clipping, AdamW (fused wherever torch has it for these parameters)."""
+    device = device or torch.device("cpu")
     if c.optimizer is None:
-        c.optimizer = torch.optim.AdamW(c.model.parameters(), lr=1e-4)
-    autocast = torch.autocast("cpu", torch.bfloat16) if precision == "bf16" else nullcontext()
+        params = list(c.model.parameters())
+        c.optimizer = torch.optim.AdamW(params, lr=1e-4, fused=fusable(params))
+    bf16 = torch.autocast(device.type, torch.bfloat16)
+    autocast = bf16 if precision == "bf16" else nullcontext()
 
     def step() -> None:
         with autocast:
@@ -474,9 +500,9 @@ OURS = ("bare", "formers")  # always run; the rest are the peers
 COMPILED = "+compile"
 
 
-def compiled(c: Candidate) -> Candidate:
+def compiled(c: Candidate, backend: str = "inductor") -> Candidate:
     """The same candidate with its model's forward wrapped in torch.compile (memory intact)."""
-    c.model.forward = torch.compile(c.model.forward)
+    c.model.forward = torch.compile(c.model.forward, backend=backend)
     return c
 
 
@@ -489,17 +515,22 @@ def run_family(
     only: list[str] | None,
     compile_ours: bool = False,
     profile: bool = False,
+    device: torch.device | None = None,
+    compile_peers: bool = False,
+    backend: str = "inductor",
 ) -> dict[str, Any]:
-    torch.manual_seed(0)
-    x = torch.randint(0, s.vocab, (s.batch, s.seq_len))
-    y = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    device = device or torch.device("cpu")
+    x, y = batch(s, device)
     makers = dict(FAMILIES[family])
-    if compile_ours:
-        for name in OURS:
-            if name in makers:
+    if compile_ours or compile_peers:
+        for name in list(makers):
+            if name in OURS or compile_peers:
                 present, make = makers[name]
-                makers[name + COMPILED] = (present, lambda s, make=make: compiled(make(s)))
-    steps, params, skipped, failed = {}, {}, [], {}
+                makers[name + COMPILED] = (
+                    present,
+                    lambda s, make=make: compiled(make(s), backend),
+                )
+    steps, params, skipped, failed, notes = {}, {}, [], {}, {}
     for name, (present, make) in makers.items():
         if only and name.removesuffix(COMPILED) not in (*only, *OURS):
             continue
@@ -509,17 +540,20 @@ def run_family(
         torch.manual_seed(0)
         try:  # a peer that breaks is a row marked failed, never the end of the run
             candidate = make(s)
-            candidate.model.train()
-            step = train_step(candidate, x, y, precision)
+            candidate.model.to(device).train()
+            step = train_step(candidate, x, y, precision, device)
             step()  # one trial step: errors surface here, not inside the timing rounds
         except Exception as error:  # noqa: BLE001 (any failure of a third-party library)
             failed[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
             continue
         params[name] = sum(p.numel() for p in candidate.model.parameters())
         steps[name] = step
+        if candidate.note:
+            notes[name] = candidate.note
     # warmup >= 2 when there is memory (the first step runs without it), 3 when compiled (the
     # step with memory compiles a second graph)
-    seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, 3 if compile_ours else 2))
+    least = 3 if compile_ours or compile_peers else 2
+    seconds = interleaved(steps, repeats=repeats, warmup=max(warmup, least), device=device)
     tokens = s.batch * s.seq_len
     rates = {name: tokens / median(times) for name, times in seconds.items()}
     reference = rates.get("bare") or rates["formers"]
@@ -538,8 +572,17 @@ def run_family(
         "seconds": seconds,
         "skipped": skipped,
         "failed": failed,
+        "notes": notes,
         "profile": profile_step(steps["formers"]) if profile else None,
     }
+
+
+def batch(s: Shape, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The random (inputs, targets) every candidate trains on, the same in every process."""
+    torch.manual_seed(0)
+    x = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    y = torch.randint(0, s.vocab, (s.batch, s.seq_len))
+    return x.to(device), y.to(device)
 
 
 LINEAR_OPS = ("aten::mm", "aten::addmm")
@@ -604,28 +647,58 @@ def print_table(result: dict[str, Any]) -> None:
         )
 
 
+SHAPES: dict[str, dict[str, int]] = {
+    # the decoder-only byte LM of `formers bench`
+    "matched": dict(n_layers=6, d_model=512, n_heads=8, d_ff=2048, vocab=256, seq_len=512,
+                    batch_size=4),
+    # GPT-2 small (Radford et al. 2019) at its context, batch 16
+    "gpt2-small": dict(n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab=50257,
+                       seq_len=1024, batch_size=16),
+}  # fmt: skip
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--only", nargs="+", help="peers to time (bare and formers always run)")
     p.add_argument(
-        "--compile",
-        action="store_true",
-        help="also time bare and formers with torch.compile (bare+compile, formers+compile)",
+        "--rows",
+        nargs="+",
+        metavar="FAMILY:CANDIDATE[+compile]",
+        help="instead of --families: time exactly these rows, in this order, each alone in a "
+        "fresh process of its own (e.g. vanilla:hf-gpt2 vanilla:formers+compile)",
     )
+    p.add_argument(
+        "--row-time-limit",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --rows: most seconds one row's process may take (default: 600)",
+    )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="ours",
+        choices=["ours", "all"],
+        help="also time bare and formers with torch.compile (bare+compile, formers+compile); "
+        "--compile all: every candidate",
+    )
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend")
     p.add_argument(
         "--profile",
         action="store_true",
         help="after timing, profile formers' step: linear layers, attention matmuls, the rest",
     )
     p.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    p.add_argument("--n-layers", type=int, default=6)
-    p.add_argument("--d-model", type=int, default=512)
-    p.add_argument("--n-heads", type=int, default=8)
-    p.add_argument("--d-ff", type=int, default=2048)
-    p.add_argument("--vocab", type=int, default=256)
-    p.add_argument("--seq-len", type=int, default=512)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument(
+        "--shape",
+        choices=list(SHAPES),
+        default="matched",
+        help="the sizes below unless given: matched (6 × 512, batch 4 × 512) or gpt2-small",
+    )
+    for name in SHAPES["matched"]:
+        p.add_argument("--" + name.replace("_", "-"), type=int)
     p.add_argument("--mem-len", type=int, default=512, help="Transformer-XL memory")
     p.add_argument("--top-k", type=int, default=8, help="keys per query of sparse-topk")
     p.add_argument("--n-experts", type=int, default=8, help="experts per Switch layer")
@@ -640,11 +713,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "formers commands use (formers/cpu_allocator.py)",
     )
     p.add_argument("--json", type=Path, help="write the results here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for name, value in SHAPES[args.shape].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def library_versions() -> dict[str, str | None]:
+    """The installed version of torch and of each peer library (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "x-transformers", "labml-nn", "local-attention"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        device = resolve_device(args.device)
+        rows = peer_rows.parse_rows(args.rows, FAMILIES) if args.rows else None
+    except FormersError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     tuned = False if args.default_malloc else keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -652,6 +748,20 @@ def main(argv: list[str] | None = None) -> int:
         args.n_layers, args.d_model, args.n_heads, args.d_ff, args.vocab,
         args.seq_len, args.batch_size, args.mem_len, args.top_k, args.n_experts, args.window,
     )  # fmt: skip
+    machine = {
+        **machine_info(device),
+        "processor": platform.processor(),
+        "libraries": library_versions(),
+        "keep_freed_memory": tuned,
+        "threads": torch.get_num_threads(),
+    }
+    if rows is not None:
+        settings = peer_rows.RowSettings(
+            vars(s), tuple(args.precision), str(device), args.repeats, args.warmup,
+            args.compile_backend, args.row_time_limit,
+        )  # fmt: skip
+        peer_rows.run_rows(rows, settings, machine, args.json)
+        return 0
     results = []
     for precision in args.precision:
         for family in args.families:
@@ -662,24 +772,17 @@ def main(argv: list[str] | None = None) -> int:
                 args.repeats,
                 args.warmup,
                 args.only,
-                compile_ours=args.compile,
+                compile_ours=args.compile is not None,
                 profile=args.profile,
+                device=device,
+                compile_peers=args.compile == "all",
+                backend=args.compile_backend,
             )
             print_table(result)
             results.append(result)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {
-            "machine": {
-                "platform": platform.platform(),
-                "processor": platform.processor(),
-                "torch": torch.__version__,
-                "threads": torch.get_num_threads(),
-                "keep_freed_memory": tuned,
-            },
-            "shape": vars(s),
-            "results": results,
-        }
+        report = {"machine": machine, "shape": vars(s), "results": results}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"\nwrote {args.json}")
     return 0

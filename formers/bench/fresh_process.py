@@ -5,7 +5,8 @@ The process is spawned, not forked: a fork would inherit this process's memory a
 starts as this one runs: torch's thread count and malloc's setting (`formers.cpu_allocator`) are
 carried over; it ignores Ctrl-C (this process, which gets it too, ends it) and ends with this
 process where the system allows. Its log lines come back as it runs; its result or error (with
-its traceback as a note) comes back when it ends.
+its traceback as a note) comes back when it ends, or, given a time limit, it is ended when that
+has passed (a compilation that never finishes cannot hold up what comes after it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import multiprocessing
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -40,6 +42,14 @@ class ProcessKilled(RuntimeError):
         super().__init__(f"the measuring process {_how_it_ended(exit_code)} before it answered")
 
 
+class TimeLimitReached(RuntimeError):
+    """The process was still working when its time limit passed, and was ended."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        super().__init__(f"the measuring process did not finish in {seconds:g} s and was ended")
+
+
 def _how_it_ended(exit_code: int | None) -> str:
     if exit_code is None or exit_code >= 0:
         return f"ended with exit code {exit_code}"
@@ -49,11 +59,15 @@ def _how_it_ended(exit_code: int | None) -> str:
         return f"was killed by signal {-exit_code}"
 
 
-def call_in_fresh_process(fn: Callable[..., Any], *args: Any, log: Log) -> Any:
+def call_in_fresh_process(
+    fn: Callable[..., Any], *args: Any, log: Log, time_limit: float | None = None
+) -> Any:
     """`fn(*args, log=...)` in a spawned process: its return value, or its exception raised
     here. `fn` must be a module-level function, its arguments and result picklable, and a
     script that calls this must guard its own top level with `if __name__ == "__main__":` (the
-    spawned process imports it)."""
+    spawned process imports it). With `time_limit` (seconds from the start, the process's own
+    start-up included) a process still at work then is ended and `TimeLimitReached` raised."""
+    deadline = None if time_limit is None else time.monotonic() + time_limit
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe(duplex=False)
     setup = (torch.get_num_threads(), freed_memory_is_kept())
@@ -62,6 +76,8 @@ def call_in_fresh_process(fn: Callable[..., Any], *args: Any, log: Log) -> Any:
     theirs.close()  # only the child writes: a closed pipe then means it ended
     try:
         while True:
+            if deadline is not None and not ours.poll(max(0.0, deadline - time.monotonic())):
+                raise TimeLimitReached(time_limit or 0.0)
             try:
                 kind, payload = ours.recv()
             except (EOFError, OSError):  # it ended before (or while) it sent its answer
@@ -74,7 +90,10 @@ def call_in_fresh_process(fn: Callable[..., Any], *args: Any, log: Log) -> Any:
             else:
                 return payload
     except BaseException:
-        child.terminate()  # Ctrl-C, or its error: nothing more is wanted from it
+        child.terminate()  # Ctrl-C, its error or its time limit: nothing more is wanted from it
+        child.join(10)
+        if child.is_alive():  # busy in code that does not heed SIGTERM
+            child.kill()
         raise
     finally:
         ours.close()

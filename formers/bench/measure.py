@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from formers.bench import flops, hardware
-from formers.bench.memory import METHOD, peak_bytes
+from formers.bench.compiled import run_compiled
+from formers.bench.memory import METHOD, free_memory, peak_bytes
 from formers.bench.settings import BenchSettings
 from formers.bench.sweep import (
     full_attention_kind,
@@ -120,10 +121,26 @@ def _check_settings(s: BenchSettings) -> None:
         raise FormersError(f"--matmul-size {s.matmul_size} must be at least 1")
     if s.precision not in ("auto", "fp32", "bf16"):
         raise FormersError(f"--precision {s.precision!r} is not one of auto, fp32, bf16")
+    if not s.compile_time_limit > 0:
+        raise FormersError(
+            f"--compile-time-limit {s.compile_time_limit} must be more than 0 seconds"
+        )
+    backends = torch._dynamo.list_backends(exclude_tags=())
+    if s.compile and s.compile_backend not in backends:
+        raise FormersError(
+            f"--compile-backend {s.compile_backend!r} is not a torch.compile backend: use "
+            "inductor (torch's default), aot_eager or eager (tracing only, fast on a CPU)"
+        )
 
 
-def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str, Any]:
-    """Measure every preset; return the whole report as a JSON-able dict."""
+def run_bench(
+    settings: BenchSettings,
+    log: Log = lambda line: None,
+    save_partial: Callable[[dict[str, Any]], None] = lambda report: None,
+) -> dict[str, Any]:
+    """Measure every preset; return the whole report as a JSON-able dict. `save_partial` gets
+    the report so far after the main table, after each compiled preset and after each sweep
+    length (a run stopped later keeps what it had measured)."""
     configs = bench_configs(settings)
     device = hardware.resolve_device(settings.device)
     precision = resolve_precision(settings.precision, device)
@@ -139,11 +156,28 @@ def run_bench(settings: BenchSettings, log: Log = lambda line: None) -> dict[str
         for name, cfg in configs.items()
     }
     report = _report(settings, configs, device, precision, rates, results)
-    if settings.sweep:
-        del models, work  # the sweep builds models of its own at each length
-        report["sweep"] = run_sweep(
-            settings, sweep_configs(settings), device, precision, log, rates[precision]
+    save_partial(report)
+    del models, work  # the compiled runs and the sweep build models of their own
+    free_memory(device)
+    if settings.compile:
+
+        def compiled_so_far(part: dict[str, Any]) -> None:
+            report["compile"] = part
+            save_partial(report)
+
+        report["compile"] = run_compiled(
+            settings, configs, device, precision, log, on_record=compiled_so_far
         )
+    if settings.sweep:
+
+        def sweep_so_far(sweep: dict[str, Any]) -> None:
+            report["sweep"] = sweep
+            save_partial(report)
+
+        report["sweep"] = run_sweep(
+            settings, sweep_configs(settings), device, precision, log, rates[precision],
+            on_length=sweep_so_far,
+        )  # fmt: skip
     return report
 
 

@@ -11,6 +11,7 @@ is rebuilt from the profiler's records of the call's own allocations and frees.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -20,6 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from formers.bench.timing import synchronize
+from formers.cpu_allocator import release_freed_memory
 
 METHOD = (
     "peak bytes of live tensors during one call: those live before it (weights, optimizer "
@@ -120,3 +122,12 @@ def peak_bytes(
     """Peak bytes of live tensors during `fn()`: `live` (what it holds before) plus its rise."""
     rise = peak_rise_bytes(fn, device)
     return None if rise is None else tensor_bytes(live) + rise
+
+
+def free_memory(device: torch.device) -> None:
+    """Hand back the memory of dropped models (and of a failed allocation's partial work): to
+    the system on the CPU, from torch's cache to the device on CUDA."""
+    gc.collect()
+    release_freed_memory()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

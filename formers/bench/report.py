@@ -34,6 +34,51 @@ def tokens_per_second(part: Mapping[str, Any] | None) -> str:
     return "—" if part is None else f"{part['tokens_per_second']:,.0f}"
 
 
+def spread(part: Mapping[str, Any] | None) -> str:
+    """A workload's max / min step time, or '—' when it did not run."""
+    return "—" if part is None else f"{max(part['seconds']) / min(part['seconds']):.2f}"
+
+
+def compile_table(part: Mapping[str, Any]) -> str:
+    """One row per preset: the training step eager and compiled, and what compiling cost."""
+    header = ["preset", "eager tok/s", "compiled tok/s", "compiled/eager", "compile s"]
+    header += ["graphs", "breaks", "eager max/min", "compiled max/min", "eager peak"]
+    header += ["compiled peak", "note"]
+    rows = []
+    for name, r in part["results"].items():
+        if r["status"] != "ok":
+            rows.append([name, *["—"] * 10, f"{r['status']}: {r['note']}"])
+            continue
+        eager, compiled = r["eager"], r["compiled"]
+        rows.append(
+            [
+                name,
+                tokens_per_second(eager),
+                tokens_per_second(compiled),
+                f"{r['speedup']:.2f}×",
+                f"{r['compile_seconds']:.1f}",
+                "—" if r["graphs"] is None else str(r["graphs"]),
+                "—" if r["graph_breaks"] is None else str(r["graph_breaks"]),
+                spread(eager),
+                spread(compiled),
+                mib(eager["peak_train_memory_bytes"]),
+                mib(compiled["peak_train_memory_bytes"]),
+                r["first_graph_break"][:60],
+            ]
+        )
+    return aligned(header, rows, text_last=True)
+
+
+def _compile_notes(part: Mapping[str, Any], repeats: int) -> list[str]:
+    return [
+        f"torch.compile ({part['backend']}) of the model's forward, the step as above; "
+        f"tok/s: median of {repeats} interleaved eager and compiled steps; compile s: the "
+        "warm-up steps' time beyond as many median compiled steps; graphs and breaks: dynamo's "
+        "counters (note: the first break's reason); max/min: slowest over fastest timed step; "
+        f"each preset in a fresh process, at most {part['time_limit_seconds']:g} s",
+    ]
+
+
 def _heading(report: Mapping[str, Any]) -> list[str]:
     s, machine = report["settings"], report["machine"]
     cfg = next(iter(report["results"].values()))["config"]
@@ -58,8 +103,8 @@ def main_table(report: Mapping[str, Any]) -> str:
     results = list(report["results"].values())
     first = results[0]
     header = ["preset", "attention", "params", "train tok/s", f"vs {first['preset']}"]
-    header += ["infer tok/s", "gen tok/s", "peak train mem", "train FLOP/tok", "train FLOP/s"]
-    header += ["% matmul"]
+    header += ["train max/min", "infer tok/s", "gen tok/s", "peak train mem", "train FLOP/tok"]
+    header += ["train FLOP/s", "% matmul"]
     rows = []
     for r in results:
         f = r["flops"]
@@ -71,6 +116,7 @@ def main_table(report: Mapping[str, Any]) -> str:
                 si(r["params"]),
                 tokens_per_second(r["train"]),
                 f"{speedup:.2f}×",
+                spread(r["train"]),
                 tokens_per_second(r["inference"]),
                 tokens_per_second(r["generation"]),
                 mib(r["peak_train_memory_bytes"]),
@@ -101,6 +147,10 @@ def format_report(report: Mapping[str, Any]) -> str:
             f"prompt of {gen['prompt_len']} tokens, batch {s['batch_size']}; decoding only",
         )
     parts = [*_heading(report), "", main_table(report), "", *notes]
+    if "compile" in report:
+        compiled = report["compile"]
+        parts += ["", "eager against compiled, training step", ""]
+        parts += [compile_table(compiled), "", *_compile_notes(compiled, s["repeats"])]
     if "sweep" in report:
         parts += ["", *sweep_text(report["sweep"])]
     return "\n".join(parts) + "\n"
@@ -140,6 +190,15 @@ def plot_report(report: Mapping[str, Any], out: Path) -> list[Path]:
     if "sweep" in report:
         paths.append(sweep_plot(report["sweep"], out))
     return paths
+
+
+def write_partial(report: Mapping[str, Any], out: Path) -> None:
+    """bench.json of a run still measuring, marked `"partial": true` (the final one replaces
+    it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({**report, "partial": True}, indent=2) + "\n"
+    (out / (JSON_NAME + ".tmp")).write_text(text)
+    (out / (JSON_NAME + ".tmp")).replace(out / JSON_NAME)
 
 
 def write_report(report: Mapping[str, Any], out: Path, plots: bool = True) -> list[Path]:

@@ -38,6 +38,14 @@ class BenchSettings:
             no length's numbers depend on what ran before it in this one.
         matmul_size: n of the n×n matmuls that measure the machine's rate (None: by device).
         seed: seeds weights and data.
+        compile: also time each preset's training step compiled against eager
+            (formers.bench.compiled): tokens/s, compile seconds, peak memory.
+        compile_backend: the `torch.compile` backend ("inductor", torch's default; "eager"
+            traces without generating code, a fast check on a CPU).
+        compile_time_limit: seconds one preset's compiled measurement may take, start-up and
+            compilation included; a preset over it is marked so.
+        compile_fresh_process: measure each preset compiled in a fresh process of its own (the
+            time limit needs one).
     """
 
     presets: tuple[str, ...] = ()
@@ -54,6 +62,10 @@ class BenchSettings:
     sweep_fresh_process: bool = True
     matmul_size: int | None = None
     seed: int = 0
+    compile: bool = False
+    compile_backend: str = "inductor"
+    compile_time_limit: float = 600.0
+    compile_fresh_process: bool = True
 
     @property
     def new_tokens(self) -> int:

@@ -23,7 +23,6 @@ shorter length, the longest points trained markedly slower than the same points 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,12 +32,11 @@ import torch
 
 from formers.bench import flops
 from formers.bench.fresh_process import ProcessKilled, call_in_fresh_process
-from formers.bench.memory import peak_bytes
+from formers.bench.memory import free_memory, peak_bytes
 from formers.bench.settings import BenchSettings
 from formers.bench.timing import interleaved, time_call
 from formers.bench.workloads import InferStep, TrainStep, rate
 from formers.config import ModelConfig
-from formers.cpu_allocator import release_freed_memory
 from formers.layers.attention import MultiHeadAttention
 from formers.models import build
 from formers.registry import ATTENTION
@@ -193,7 +191,7 @@ def _start(point: _Point, settings: BenchSettings, device: torch.device, precisi
         if not is_out_of_memory(error):
             raise
         point.fail(OUT_OF_MEMORY, _first_line(error))
-        _free(device)
+        free_memory(device)
         return
     calls = 1 + max(0, settings.warmup - 1) + settings.repeats  # the first included
     point.projected_seconds = (calls + 1) * point.first_seconds["train"]  # + 1: memory
@@ -296,7 +294,7 @@ def measure_length(job: LengthJob, log: Log) -> list[_Point]:
     _time(points, job.settings, job.device)
     for point in points:
         point.train = point.infer = None
-    _free(job.device)  # before the next length's models
+    free_memory(job.device)  # before the next length's models
     return points
 
 
@@ -326,14 +324,6 @@ def _measure(job: LengthJob, log: Log) -> dict[str, dict[str, Any]]:
         return {point.preset: _record(point, job.matmul_rate) for point in failed}
 
 
-def _free(device: torch.device) -> None:
-    """Hand back the memory of dropped models (and of a failed allocation's partial work)."""
-    gc.collect()
-    release_freed_memory()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def _not_run(cfg: ModelConfig, preset: str, seq_len: int, batch: int, why: dict) -> dict:
     point = _Point(preset, at_length(cfg, seq_len), seq_len, batch, NOT_RUN)
     point.note = f"{why['status']} at {why['seq_len']}"
@@ -347,6 +337,7 @@ def run_sweep(
     precision: str,
     log: Log,
     matmul_rate: float,
+    on_length: Callable[[dict[str, Any]], None] = lambda sweep: None,
 ) -> dict[str, Any]:
     """Measure each preset of `configs` at every length of `settings.sweep`, shortest first,
     each length in a fresh process where `settings.sweep_fresh_process` (a script calling this
@@ -361,10 +352,11 @@ def run_sweep(
         precision: "fp32" or "bf16".
         log: receives a progress line per length and per preset.
         matmul_rate: the FLOP/s the achieved FLOP/s is a fraction of.
+        on_length: receives the sweep so far (the same form as the result) after each length.
     """
     tokens = settings.batch_size * settings.seq_len
     if settings.sweep_fresh_process:
-        _free(device)  # what this process no longer uses, for the processes that measure
+        free_memory(device)  # what this process no longer uses, for the processes that measure
     stopped: dict[str, dict] = {}  # preset -> the point where it failed
     runs, start = [], time.perf_counter()
     lengths = sorted(set(settings.sweep))  # shortest first: a failure ends the longer ones
@@ -386,8 +378,16 @@ def run_sweep(
                 record = _not_run(cfg, name, length, batch, stopped[name])
             runs.append(record)
         log("  " + ", ".join(_progress(r) for r in runs[-len(configs) :]))
+        on_length(_sweep_result(settings, configs, runs))
+    return _sweep_result(settings, configs, runs)
+
+
+def _sweep_result(
+    settings: BenchSettings, configs: Mapping[str, ModelConfig], runs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The sweep's JSON: how it was run, its points so far and the crossings among them."""
     return {
-        "tokens_per_batch": tokens,
+        "tokens_per_batch": settings.batch_size * settings.seq_len,
         "batch_rule": BATCH_RULE,
         "fresh_process_per_length": settings.sweep_fresh_process,
         "time_limit_seconds": settings.sweep_time_limit,
@@ -396,7 +396,7 @@ def run_sweep(
             for name, cfg in configs.items()
         },
         "full_attention": full_presets(configs),
-        "runs": runs,
+        "runs": list(runs),
         "crossings": crossings(runs, configs),
     }
 

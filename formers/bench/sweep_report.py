@@ -46,11 +46,13 @@ def _versus(run: Mapping[str, Any], full: Mapping[str, Any] | None, key: str) ->
 
 def _cells(run: Mapping[str, Any], full: Mapping[str, Any] | None) -> list[str]:
     if run["status"] != OK:
-        return ["—"] * 6 + [_note(run)]
+        return ["—"] * 7 + [_note(run)]
     memory = run["peak_train_memory_bytes"]
+    seconds = run["train"]["seconds"]
     return [
         f"{run['train']['tokens_per_second']:,.0f}",
         _versus(run, full, "train"),
+        f"{max(seconds) / min(seconds):.2f}",
         f"{run['inference']['tokens_per_second']:,.0f}",
         _versus(run, full, "inference"),
         "—" if memory is None else f"{memory / 2**20:,.1f} MiB",
@@ -62,8 +64,8 @@ def _cells(run: Mapping[str, Any], full: Mapping[str, Any] | None) -> list[str]:
 def sweep_table(sweep: Mapping[str, Any]) -> str:
     """One row per preset and length: speed and memory, and the ratio to full attention."""
     at = {(run["preset"], run["seq_len"]): run for run in sweep["runs"]}
-    header = ["attention (preset)", "seq_len", "batch", "train tok/s", "vs full", "infer tok/s"]
-    header += ["vs full", "peak train mem", "% matmul", "note"]
+    header = ["attention (preset)", "seq_len", "batch", "train tok/s", "vs full", "max/min"]
+    header += ["infer tok/s", "vs full", "peak train mem", "% matmul", "note"]
     rows = []
     for preset, about in sweep["presets"].items():
         reference = sweep["full_attention"].get(about["arch"])
@@ -73,7 +75,7 @@ def sweep_table(sweep: Mapping[str, Any]) -> str:
                 [label(sweep, preset), str(run["seq_len"]), str(run["batch_size"])]
                 + _cells(run, full)
             )
-    return aligned(header, rows)
+    return aligned(header, rows, text_last=True)
 
 
 def crossing_table(sweep: Mapping[str, Any]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from formers.bench.timing import median, synchronize
+from formers.bench.timing import median, spread, synchronize
 from formers.data.masking import MaskedVocab, mask_tokens, seeded_generator
 from formers.infer import iter_generate
 from formers.train.config import TrainConfig
@@ -38,12 +38,14 @@ def random_tokens(vocab_size: int, batch: int, length: int, device: torch.device
 
 
 def rate(seconds: list[float], tokens: int) -> dict[str, Any]:
-    """Raw seconds per call, their median, and tokens per second at the median."""
+    """Raw seconds per call, their median and spread (max / min), and tokens per second at the
+    median."""
     mid = median(seconds)
     return {
         "tokens_per_call": tokens,
         "seconds": seconds,
         "median_seconds": mid,
+        "max_over_min": spread(seconds),
         "tokens_per_second": tokens / mid,
     }
 
@@ -103,6 +105,9 @@ class TrainStep(_Workload):
         device: where the model lives.
         train_cfg: optimizer, clipping and aux-loss settings (TrainConfig defaults).
         optimizer: reuse an optimizer (and its state) built for this model.
+        compile_backend: run the model's forward (and with it the backward) through
+            `torch.compile` with this backend, as `--train.compile` does ("inductor": torch's
+            default; "eager": tracing only, for tests); None: eager. Memory is filled eagerly.
     """
 
     def __init__(
@@ -114,15 +119,19 @@ class TrainStep(_Workload):
         device: torch.device,
         train_cfg: TrainConfig | None = None,
         optimizer: torch.optim.Optimizer | None = None,
+        compile_backend: str | None = None,
     ):
         super().__init__(model, batch, seq_len, precision, device)
         self.cfg = train_cfg or TrainConfig()
         self.optimizer = optimizer or make_optimizer(model, self.cfg)
+        self.forward = model
+        if compile_backend is not None:
+            self.forward = torch.compile(model, backend=compile_backend)
 
     def __call__(self) -> None:
         self.model.train()
         with autocast_for(self.precision, self.device):
-            out = self.model(self.inputs, self.targets, **self.state)
+            out = self.forward(self.inputs, self.targets, **self.state)
             loss = out.loss + self.cfg.aux_loss_coef * out.aux_loss
             loss.backward()
         self.memory = out.memory

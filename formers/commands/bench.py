@@ -75,6 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed calls per workload")
     p.add_argument("--warmup", type=int, default=1, help="untimed calls first")
     _add_sweep_flags(p)
+    _add_compile_flags(p)
     p.add_argument("--matmul-size", type=int, action=GivenFlag, help="n of the n×n rate matmuls")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
@@ -120,6 +121,32 @@ def _add_sweep_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_compile_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time each preset's training step compiled (torch.compile of the model, as "
+        "--train.compile) against eager: tokens/s, compile seconds, graph breaks, step "
+        "max/min and peak memory, each preset in a fresh process",
+    )
+    p.add_argument(
+        "--compile-backend",
+        default=PRESET_DEFAULTS["compile_backend"],
+        action=GivenFlag,
+        help="with --compile: torch.compile's backend (default: inductor; eager: tracing "
+        "only, a quick check on a CPU)",
+    )
+    p.add_argument(
+        "--compile-time-limit",
+        type=float,
+        default=PRESET_DEFAULTS["compile_time_limit"],
+        metavar="SECONDS",
+        action=GivenFlag,
+        help="with --compile: most seconds one preset's compiled measurement may take, "
+        "start-up and compilation included; a preset over it is marked so (default: 600)",
+    )
+
+
 def model_overrides(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """The size flags, no dropout, then --model.KEY VALUE overrides on top."""
     from formers.overrides import parse_overrides
@@ -150,11 +177,14 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     refuse_flags(
         args, GENERATION_DEFAULTS, "without --generation-vs-hf", "add --generation-vs-hf or leave"
     )
+    if not args.compile:
+        compile_only = {k: PRESET_DEFAULTS[k] for k in ("compile_backend", "compile_time_limit")}
+        refuse_flags(args, compile_only, "without --compile", "add --compile or leave")
 
     from formers.bench.hardware import resolve_device
     from formers.bench.measure import bench_configs, run_bench, sweep_configs
     from formers.bench.plots import pyplot
-    from formers.bench.report import format_report, write_report
+    from formers.bench.report import format_report, write_partial, write_report
     from formers.bench.settings import BenchSettings
     from formers.train.precision import resolve_precision
 
@@ -176,6 +206,9 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         sweep_time_limit=args.sweep_time_limit,
         matmul_size=args.matmul_size,
         seed=args.seed,
+        compile=args.compile,
+        compile_backend=args.compile_backend,
+        compile_time_limit=args.compile_time_limit,
     )
     out = Path(args.out or f"runs/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     # settings, device and --out are checked before the folder is made and before measuring
@@ -183,7 +216,11 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     sweep_configs(settings)
     resolve_precision(settings.precision, resolve_device(settings.device))
     writable_folder(out)
-    report = run_bench(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
+    report = run_bench(
+        settings,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        save_partial=lambda so_far: write_partial(so_far, out),
+    )
     print(format_report(report), end="")
     try:
         paths = write_report(report, out, plots=not args.no_plots)

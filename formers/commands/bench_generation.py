@@ -30,6 +30,9 @@ PRESET_DEFAULTS: dict[str, Any] = {
     "sweep_time_limit": 600.0,
     "matmul_size": None,
     "no_plots": False,
+    "compile": False,
+    "compile_backend": "inductor",
+    "compile_time_limit": 600.0,
 }
 GEN_TOKENS = 32  # decoder steps of both workloads unless --gen-tokens
 MIN_VOCAB = 8  # GPT-2's prompt ids lie above 2 and below its end token, the last id

@@ -208,6 +208,9 @@ def test_the_rise_is_the_highest_point_of_the_calls_own_allocations_less_its_fre
         (["--sweep", "0"], "--sweep"),
         (["--sweep-time-limit", "0"], "--sweep-time-limit"),
         (["--threads", "0"], "--threads"),
+        (["--compile", "--compile-backend", "inductr"], "--compile-backend 'inductr' is not"),
+        (["--compile-backend", "eager"], "--compile-backend does not apply without --compile"),
+        (["--compile", "--compile-time-limit", "0"], "--compile-time-limit 0.0 must be"),
     ],
 )
 def test_bench_errors_name_the_fix(args, message, capsys, tmp_path):

@@ -3,12 +3,13 @@ nothing of this process (its state, its patches) reaches it."""
 
 import os
 import signal
+import time
 
 import pytest
 import torch
 
 from formers import cpu_allocator
-from formers.bench.fresh_process import ProcessKilled, call_in_fresh_process
+from formers.bench.fresh_process import ProcessKilled, TimeLimitReached, call_in_fresh_process
 
 
 def report_process(tag: str, log) -> dict:
@@ -28,6 +29,13 @@ def fail(message: str, log) -> None:
 
 def die(log) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def work_for(seconds: float, log) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.1)
+    return "done"
 
 
 @pytest.mark.parametrize("kept", [True, False])
@@ -63,3 +71,17 @@ def test_a_killed_process_is_reported_with_its_signal():
 def test_a_signal_without_a_name_is_reported_by_its_number():
     assert "killed by signal 99" in str(ProcessKilled(-99))
     assert "ended with exit code 1" in str(ProcessKilled(1))
+
+
+def test_a_process_still_working_at_its_time_limit_is_ended():
+    start = time.monotonic()
+    with pytest.raises(TimeLimitReached, match="did not finish in 15 s") as reached:
+        call_in_fresh_process(work_for, 120, log=print, time_limit=15)
+    # it returns once the process is gone (joined): ended at its limit, not left to finish
+    assert time.monotonic() - start < 100
+    assert reached.value.seconds == 15
+
+
+def test_a_process_that_answers_in_time_is_not_ended():
+    result = call_in_fresh_process(report_process, "y", log=lambda line: None, time_limit=300)
+    assert result["tag"] == "y"

@@ -1,6 +1,7 @@
 """benchmarks/peers.py runs end to end with whatever peers are installed (none in CI)."""
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -53,3 +54,53 @@ def test_a_peer_that_breaks_is_a_failed_row_not_the_end_of_the_run(tmp_path, cap
     assert "type_as()" in result["failed"]["broken-peer"]
     assert set(result["tokens_per_s"]) == {"bare", "formers"}  # the others still ran
     assert "broken-peer      failed: TypeError" in capsys.readouterr().out
+
+
+TINY_ROWS = "--precision fp32 --repeats 2 --warmup 1 --n-layers 1 --d-model 32 --n-heads 2 "
+TINY_ROWS += "--d-ff 64 --seq-len 16 --batch-size 2 --vocab 64 --threads 1 --compile-backend eager"
+
+
+def test_rows_run_one_process_each_and_report_what_their_steps_took(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    rows = ["vanilla:bare", "vanilla:formers", "vanilla:formers+compile"]
+    argv = [*TINY_ROWS.split(), "--json", str(out), "--rows", *rows]
+    assert peers.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["one_process_per_row"] is True
+    assert [r["row"] for r in report["rows"]] == rows
+    for r in report["rows"]:
+        assert r["status"] == "ok" and len(r["seconds"]) == 2
+        assert r["tokens_per_second"] == pytest.approx(2 * 16 / statistics.median(r["seconds"]))
+        assert r["max_over_min"] == pytest.approx(max(r["seconds"]) / min(r["seconds"]))
+        assert r["peak_memory_bytes"] is None  # a GPU's number only
+    bare, ours, compiled = report["rows"]
+    assert bare["params"] == ours["params"] == compiled["params"]
+    assert len(bare["warmup_seconds"]) == 2 and bare["compile_seconds"] is None
+    warm = compiled["warmup_seconds"]
+    assert len(warm) == 3  # compiled: at least 3 warm-up steps
+    expected = sum(warm) - 3 * statistics.median(compiled["seconds"])
+    assert compiled["compile_seconds"] == pytest.approx(expected)
+    table = capsys.readouterr().out
+    ratio = ours["tokens_per_second"] / bare["tokens_per_second"]
+    row = next(line for line in table.splitlines() if line.startswith("| vanilla:formers "))
+    assert row.split("|")[5].strip() == f"{ratio:.2f}"  # against the first row
+
+
+def test_a_row_over_its_time_limit_is_marked_and_the_next_rows_run(tmp_path):
+    out = tmp_path / "rows.json"
+    argv = [*TINY_ROWS.split(), "--json", str(out), "--row-time-limit", "0.5"]
+    assert peers.main([*argv, "--rows", "vanilla:bare"]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["status"] == "over time limit" and row["note"] == "not finished in 0.5 s"
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        (["vanila:bare"], "no family 'vanila'"),
+        (["vanilla:hf"], "family vanilla has no candidate 'hf'; it has bare, formers"),
+    ],
+)
+def test_an_unknown_row_names_what_there_is(rows, message, capsys):
+    assert peers.main([*TINY_ROWS.split(), "--rows", *rows]) == 2
+    assert message in capsys.readouterr().err
