@@ -115,3 +115,24 @@ def test_without_matplotlib_the_command_says_what_to_install(monkeypatch, capsys
     assert (
         err == "error: formers attention-map draws with matplotlib: pip install 'formers[plots]'\n"
     )
+
+
+def test_a_model_override_on_a_run_is_refused_not_ignored(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("".join(f"to be or not to be, line {i}\n" for i in range(200)))
+    run = tmp_path / "run"
+    trained = main(
+        ["train", "--run-dir", str(run), "--train.corpus", str(corpus), "--train.max_steps", "1"]
+        + SMALL
+        + ["--train.batch_size", "2", "--train.seq_len", "16", "--train.eval_every", "0"]
+        + ["--no-progress"]
+    )
+    assert trained == 0
+    capsys.readouterr()
+    out = tmp_path / "map.png"
+    for override in (["--model.attention.window", "8"], ["--model.n_heads", "1"]):
+        err = error_line(capsys, str(run), "--text", TEXT, "--out", str(out), *override)
+        assert f"{override[0]}: a run's model is the one it trained" in err
+        assert "changes a preset's fresh model only" in err
+        assert not out.exists()

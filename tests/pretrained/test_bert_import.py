@@ -52,6 +52,22 @@ def test_padded_batch_equals_transformers_at_every_real_position(bert, dtype, to
     torch.testing.assert_close(got[2, :7], alone[0], atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize(("dtype", "tol"), TOLERANCES)
+def test_a_config_whose_pad_token_id_is_null_masks_no_key(tmp_path, dtype, tol):
+    """pad_token_id: null says the model has no padding token: id 0 is then a token like any
+    other, and its keys are attended to (the default 0 must not fill the null in)."""
+    hf = save_bert(tmp_path, pad_token_id=None)
+    assert json.loads((tmp_path / "config.json").read_text())["pad_token_id"] is None
+    run = formers.from_pretrained(tmp_path)
+    assert run.model.cfg.pad_id is None
+    tokens = torch.randint(5, VOCAB, (3, 40))
+    tokens[:, ::4] = 0  # ten ordinary tokens of id 0 in every row
+    hf, ours = hf.to(dtype), run.model.to(dtype)
+    with torch.no_grad():
+        want, got = hf(tokens).logits, ours(tokens).logits
+    torch.testing.assert_close(got, want, atol=tol, rtol=0)
+
+
 def test_untied_decoder_and_tanh_gelu_import_and_export(tmp_path):
     folder = tmp_path / "untied"
     hf = save_bert(folder, tie_word_embeddings=False, hidden_act="gelu_new")

@@ -41,7 +41,7 @@ def marian_corpus(tmp_path):
     return f"{tmp_path / 'corpus.de'},{tmp_path / 'corpus.en'}"
 
 
-@pytest.mark.parametrize("origin", ["run", "folder"])
+@pytest.mark.parametrize("origin", [pytest.param("run", marks=pytest.mark.slow), "folder"])
 def test_one_step_from_marian_changes_the_weights_and_keeps_its_tokenizer(
     marian_folder, marian_corpus, tmp_path, capsys, origin
 ):

@@ -82,6 +82,7 @@ def ids_of(folder):
     return run, dict(bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
 
 
+@pytest.mark.slow  # the greedy translate command below checks the same search by default
 def test_greedy_search_equals_transformers_generate(marian):
     folder, hf = marian
     run, ids = ids_of(folder)
@@ -92,6 +93,7 @@ def test_greedy_search_equals_transformers_generate(marian):
     assert len({len(w) for w in want}) > 1  # outputs of several lengths
 
 
+@pytest.mark.slow  # tens of seconds: transformers' beam search on CPU
 @pytest.mark.parametrize(("alpha", "penalty"), [(0.0, "gnmt"), (1.0, "power")])
 def test_beam_search_equals_transformers_beam_search(marian, alpha, penalty):
     """Beam 4 with transformers' length penalty, log P / |y|^α (formers' penalty="power";
@@ -127,9 +129,10 @@ def test_tokenizer_encodes_and_decodes_as_marian_tokenizer_does(marian_folder):
     ("flags", "search"),
     [
         (["--beam", "1"], dict(num_beams=1)),
-        (
+        pytest.param(
             ["--beam", "4", "--alpha", "1", "--penalty", "power"],
             dict(num_beams=4, length_penalty=1.0, early_stopping=True),
+            marks=pytest.mark.slow,
         ),
     ],
 )
@@ -160,6 +163,7 @@ def test_translate_command_turns_text_into_transformers_text(
     assert any(got)  # not all empty
 
 
+@pytest.mark.slow
 def test_translate_in_python_equals_the_command(marian_folder):
     run = formers.from_pretrained(marian_folder)
     texts = translate(run.model, run.tokenizer, SOURCE[:2], beam=1, max_len_b=10)

@@ -27,7 +27,7 @@ def corpus_file(tmp_path):
     return path
 
 
-def tiny_run(corpus, preset="transformer-xl", **train):
+def tiny_run(corpus, preset="transformer-xl", model=None, **train):
     overrides = {
         "model.n_layers": 2,
         "model.d_model": 32,
@@ -48,6 +48,7 @@ def tiny_run(corpus, preset="transformer-xl", **train):
     if preset == "transformer-xl":
         overrides["model.attention.mem_len"] = 16
     overrides.update({f"train.{k}": v for k, v in train.items()})
+    overrides.update({f"model.{k}": v for k, v in (model or {}).items()})
     return run_config(preset, overrides)
 
 
@@ -163,6 +164,33 @@ def test_eval_lengths_match_the_python_api(xl_run, capsys):
     with torch.no_grad():
         result = evaluate(run.model, corpus_of(run).splits["valid"], seq_len=8, batch_size=3)
     assert report["loss"] == pytest.approx(result.loss, rel=1e-6)
+
+
+def test_eval_flags_set_to_false_or_zero_are_applied(tmp_path, corpus_file, capsys):
+    """A flag that turns an option off (False, 0) changes the evaluation as it does in Python,
+    not silently left at the trained value."""
+    from formers.run import corpus_of
+    from formers.train.evaluate import evaluate
+
+    run_dir = tmp_path / "xl"
+    trained = {"attention.same_length": True, "attention.same_length_inclusive": True}
+    trainer.train(tiny_run(corpus_file, model=trained, max_steps=2), run_dir, progress=False)
+    before = eval_report(capsys, run_dir)
+    assert (before["same_length"], before["same_length_inclusive"]) == (True, True)
+    assert before["mem_len"] == 16
+    for flags, key, value in [
+        (["--no-same-length"], "same_length", False),
+        (["--mem-len", "0"], "mem_len", 0),
+        (["--no-same-length-inclusive"], "same_length_inclusive", False),
+    ]:
+        report = eval_report(capsys, run_dir, *flags)
+        assert report[key] == value, flags
+        run = load_run(run_dir, runtime={f"attention.{key}": value})
+        with torch.no_grad():
+            valid = corpus_of(run).splits["valid"]
+            result = evaluate(run.model, valid, seq_len=16, batch_size=16)
+        assert report["loss"] == pytest.approx(result.loss, rel=1e-6), flags
+        assert report["loss"] != pytest.approx(before["loss"], rel=1e-6), flags
 
 
 def test_xl_eval_flags_on_another_model_are_a_clear_error(tmp_path, corpus_file, capsys):
