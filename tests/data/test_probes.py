@@ -204,6 +204,8 @@ def test_seeds_reproduce_and_differ(cfg):
 def test_bad_settings_say_what_to_change():
     with pytest.raises(ConfigError, match=r"distance 300 is longer than the sequence .*seq_len"):
         MQARConfig(pairs=4, eval_distances=(300,)).validate(256)
+    with pytest.raises(ConfigError, match=r"distance 250 is too long .*up to distance 240"):
+        MQARConfig(pairs=4, distances=(2, 250)).validate(256)
     with pytest.raises(ConfigError, match="lower train.probe.pairs to 8"):
         MQARConfig(pairs=9).validate(64)
     with pytest.raises(ConfigError, match="raise train.probe.vocab"):

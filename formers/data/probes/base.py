@@ -49,7 +49,7 @@ class Sample:
         targets: the id to predict at each position, IGNORE where nothing is scored (a causal
             probe), else empty.
         label: the class of the whole sequence (a classification probe), else None.
-        point: the evaluation coordinates of the sequence, e.g. {"distance": 64}.
+        point: coordinates the draw itself decides (ListOps: its depth, then its length bin).
     """
 
     inputs: list[int]

@@ -140,9 +140,7 @@ class MQAR(Probe):
         return [{"distance": d} for d in self.cfg.eval_distances_at(seq_len)]
 
     def eval_sample(self, rng: random.Random, seq_len: int, point: dict[str, Any]) -> Sample:
-        sample = self._sample(rng, seq_len, lambda: point["distance"])
-        sample.point = dict(point)
-        return sample
+        return self._sample(rng, seq_len, lambda: point["distance"])
 
     def _sample(self, rng: random.Random, seq_len: int, distance: Any) -> Sample:
         cfg = self.cfg

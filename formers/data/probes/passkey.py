@@ -108,9 +108,7 @@ class Passkey(Probe):
         ]
 
     def eval_sample(self, rng: random.Random, seq_len: int, point: dict[str, Any]) -> Sample:
-        sample = self._sample(rng, point["length"], point["depth"])
-        sample.point = dict(point)
-        return sample
+        return self._sample(rng, point["length"], point["depth"])
 
     def _sample(self, rng: random.Random, length: int, depth: float) -> Sample:
         key = "".join(rng.choice("0123456789") for _ in range(self.cfg.digits))
