@@ -106,7 +106,7 @@ def probe_tables(probe: dict[str, Any]) -> list[Table]:
     for title, context, fixed in _groups(probe) or [("", None, {})]:
         series = _series(probe, context, fixed)
         xs = sorted({x for points in series.values() for x, _, _ in points})
-        header = ["arm", "all points" if not fixed else "all of this table"]
+        header = ["arm", f"all {probe['axis']}s"]
         header += [f"{probe['axis']} {x:g}" for x in xs]
         cells = []
         for row in (r for r in probe["rows"] if r["context"] == context):

@@ -112,7 +112,7 @@ def test_the_accuracy_table_is_the_mean_over_seeds_per_point(tmp_path):
     assert full["accuracy"] == pytest.approx((0.95 + 0.65) / 2)
     assert [p["accuracy"] for p in window["points"]] == pytest.approx([0.8, 0.1])
     [table] = probe_tables(probe)
-    assert table.header == ["arm", "all points", "distance 4", "distance 64"]
+    assert table.header == ["arm", "all distances", "distance 4", "distance 64"]
     assert table.rows == [["full", "80.0", "90.0", "70.0"], ["window-4", "45.0", "80.0", "10.0"]]
     assert "20 items per point" in table.caption
 
@@ -122,7 +122,7 @@ def test_a_probe_comparison_reports_accuracy_by_distance(tmp_path):
     result = run_compare(spec, tmp_path / "out", progress=False)
     out = tmp_path / "out"
     assert result.report.markdown.startswith("# vanilla on mqar")
-    assert "| arm | all points | distance 4 | distance 16 |" in result.report.markdown
+    assert "| arm | all distances | distance 4 | distance 16 |" in result.report.markdown
     assert (out / "accuracy_vs_distance.png").read_bytes().startswith(PNG_SIGNATURE)
     summary = json.loads((out / "summary.json").read_text())
     [row] = summary["probe"]["rows"]
