@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import formers
+from formers.cli import main
 from formers.data.probes import IGNORE
 from formers.errors import ConfigError
 from formers.train import trainer
@@ -145,7 +146,7 @@ def test_listops_on_a_decoder_reads_the_answer_after_equals_and_evaluates_by_len
     assert sum(p["items"] for p in result.points) == 12
 
 
-def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path):
+def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path, capsys):
     cfg = mqar_config(**{"train.max_steps": 4, "train.save_every": 2, "train.eval_every": 0})
     cfg_half = mqar_config(**{"train.max_steps": 2, "train.save_every": 2, "train.eval_every": 0})
     whole = trainer.train(cfg, tmp_path / "whole", progress=False)
@@ -159,6 +160,10 @@ def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path):
     assert final["axis"] == "distance" and len(final["points"]) == len(whole.valid.points)
     saved = json.loads((tmp_path / "whole" / "probe.json").read_text())
     assert saved["kind"] == "mqar" and saved["pairs"] == 2
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "whole"), "--no-progress"]) == 2  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trained on the mqar probe, which formers eval" in err
 
 
 @pytest.mark.parametrize(

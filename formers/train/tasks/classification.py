@@ -80,9 +80,12 @@ class ClassificationTask(ProbeTask):
         autocast: AbstractContextManager | None = None,
         batch_size: int | None = None,
         progress: bool = False,
+        seq_len: int | None = None,
+        context_len: int = 0,
     ) -> ProbeEvalResult:
         """Accuracy and loss on the held-out sequences of `split` ("valid" or "test"), per
         point (ListOps: length bin) and over all; arguments as `ProbeLMTask.evaluate`."""
+        self.check_eval_options(seq_len, context_len)
         probe, tc = self.probe, self.cfg.train
 
         def score(samples: list[Sample]) -> tuple[float, int, list[bool]]:

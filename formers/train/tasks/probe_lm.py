@@ -46,6 +46,8 @@ class ProbeLMTask(ProbeTask):
         autocast: AbstractContextManager | None = None,
         batch_size: int | None = None,
         progress: bool = False,
+        seq_len: int | None = None,
+        context_len: int = 0,
     ) -> ProbeEvalResult:
         """Accuracy on the held-out points of `split` ("valid" or "test").
 
@@ -53,7 +55,9 @@ class ProbeLMTask(ProbeTask):
             max_tokens: score only the first sequences of each point, within this many tokens.
             batch_size: sequences per pass (default: `train.eval_batch_size`).
             progress: unused (an evaluation takes seconds); accepted like the other tasks'.
+            seq_len, context_len: None and 0 (or the trained length): the probe's own lengths.
         """
+        self.check_eval_options(seq_len, context_len)
         probe, seq_len = self.probe, self.cfg.train.seq_len
         eval_set = [(p, [self.form(s) for s in ss]) for p, ss in probe.eval_set(split, seq_len)]
 

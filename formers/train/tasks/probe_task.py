@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from formers.data.probes import Probe, make_probe
+from formers.errors import FormersError
 from formers.train.config import RunConfig, with_data_fields
 from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import Task
@@ -38,3 +39,13 @@ class ProbeTask(Task):
     def save_files(self, run_dir: Path) -> None:
         probe = self.cfg.to_dict()["train"]["probe"]
         write_text_atomically(run_dir / "probe.json", json.dumps(probe, indent=2) + "\n")
+
+    def check_eval_options(self, seq_len: int | None, context_len: int) -> None:
+        """A probe's held-out sequences have the lengths its options say: refuse others."""
+        trained = self.cfg.train.seq_len
+        if (seq_len is not None and seq_len != trained) or context_len:
+            raise FormersError(
+                f"a {self.cfg.train.probe.kind} probe scores its own held-out sequences (at "
+                f"train.seq_len {trained}): leave seq_len and context_len out (passkey: "
+                "train.probe.eval_lengths lists other lengths)"
+            )
