@@ -132,8 +132,8 @@ def test_a_probe_comparison_reports_accuracy_by_distance(tmp_path):
     assert again.trained == [] and len(again.skipped) == 1
 
 
-# MQAR with every query 64 tokens after its pair: a window of 4 keys (2 layers: 7 positions at
-# most) cannot reach the answer, full attention can. Sized to train in about a minute on 2 cores.
+# MQAR with every query 64 tokens after its pair: a window of 4 keys (2 layers: 6 positions back
+# at most) cannot reach the answer, full attention can. Sized to train in about a minute on 2 cores.
 FAR = {"kind": "mqar", "pairs": 2, "vocab": 32, "distances": [64, 64], "eval_distances": [64]}
 FAR_SIZE = {
     "model.n_layers": 2,
