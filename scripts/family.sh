@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The comparisons of docs/family.md, one after another: the two family tables, then the papers'
-# claims. Each spec experiments/NAME.yaml trains into runs/NAME; a comparison resumes itself, so
-# after a stop (Ctrl-C, a reboot) the same command skips what is finished and continues.
+# The comparisons of docs/family.md, one after another: the two family tables, the papers'
+# claims, then the long-range probes. Each spec experiments/NAME.yaml trains into runs/NAME; a
+# comparison resumes itself, so after a stop (Ctrl-C, a reboot) the same command skips what is
+# finished and continues.
 #
-#   mkdir -p runs && nohup bash scripts/family.sh > runs/family.log 2>&1 &   # all: about 10 hours
+#   mkdir -p runs && nohup bash scripts/family.sh > runs/family.log 2>&1 &   # all: about 13 hours
 #   bash scripts/family.sh xl-recurrence linformer-k                        # only these specs
 #
 # A spec whose header command runs on one thread (OMP_NUM_THREADS=1) runs on one thread here
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 formers=(${FORMERS:-formers})
 python=${PYTHON:-python}
 ALL=(family-lm family-mlm xl-recurrence sparse-topk-wt2 longformer-depth linformer-k
-  switch-ablations transformer-multi30k)
+  switch-ablations transformer-multi30k probe-mqar probe-passkey probe-listops)
 
 stamp() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 

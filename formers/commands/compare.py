@@ -20,6 +20,10 @@ Shared overrides are dotted flags as for `formers train`: --model.d_model 128 --
 preset and overrides of its own), shared overrides, corpus, seeds, a budget, contexts
 (train.seq_len values, each reported on its own) and extra evaluations of the trained runs.
 See docs/benchmarks.md ("Comparison specs") and experiments/family-lm.yaml.
+
+--task mqar|passkey|listops trains on a generated long-range probe instead of a corpus (its
+options as --train.probe.X flags, or under task: in a spec file) and adds each arm's accuracy
+by distance, depth or length to the report. See docs/family.md ("What each attention can see").
 """
 DEFAULT_CORPUS = "stdlib"
 
@@ -35,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("presets", nargs="*", metavar="PRESET", help="the first is the baseline")
     p.add_argument("--spec", metavar="FILE", help="a YAML spec file (instead of PRESET ...)")
     p.add_argument("--corpus", help=f"corpus name or text file/folder (default {DEFAULT_CORPUS})")
+    p.add_argument(
+        "--task", metavar="PROBE", help="a probe instead of a corpus: mqar, passkey or listops"
+    )
     p.add_argument("--seeds", nargs="+", type=int, help="one run per preset and seed (default 0)")
     p.add_argument(
         "--out",
@@ -64,6 +71,7 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
             for what, value in (
                 ("PRESET", args.presets),
                 ("--corpus", args.corpus),
+                ("--task", args.task),
                 ("--seeds", args.seeds),
                 ("--model./--train. overrides", extra),
             )
@@ -88,9 +96,14 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
             f"{error} (name the presets first: formers compare vanilla primer-ez "
             "--model.d_model 128)"
         ) from None
+    if args.task and args.corpus:
+        raise FormersError(
+            f"--task {args.task} makes its own data: leave --corpus {args.corpus} out"
+        )
     corpus = args.corpus or DEFAULT_CORPUS
-    spec = CompareSpec(tuple(args.presets), corpus, tuple(args.seeds or (0,)), overrides)
-    return spec, Path(args.out) if args.out else default_out(args.presets, corpus)
+    task = {"kind": args.task} if args.task else {}
+    spec = CompareSpec(tuple(args.presets), corpus, tuple(args.seeds or (0,)), overrides, task)
+    return spec, Path(args.out) if args.out else default_out(args.presets, args.task or corpus)
 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:

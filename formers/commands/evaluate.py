@@ -84,6 +84,13 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         return cmd_eval_translation(args)
     refuse_flags(args, TRANSLATION_EVAL_DEFAULTS, "a language model")
     device = resolve_device(args.device)  # before anything is loaded
+    probe = read_run_config(args.run, args.checkpoint).train.probe
+    if probe is not None:
+        raise FormersError(
+            f"{args.run} trained on the {probe.kind} probe, which formers eval does not score: "
+            "its held-out accuracy is the final valid record of its metrics.jsonl (and its "
+            "comparison's report)"
+        )
     model = read_run_config(args.run, args.checkpoint).model
     if model.arch == "encoder" and args.context_len:
         raise FormersError(

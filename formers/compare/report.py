@@ -14,6 +14,7 @@ from typing import Any
 
 from formers.bench.plots import line_plot
 from formers.compare.evaluation import read_result
+from formers.compare.probe_report import probe_plots, probe_summary, probe_tables
 from formers.compare.report_html import Table, html_page
 from formers.compare.run_metrics import (
     crossing,
@@ -518,11 +519,16 @@ def write_report(out: str | Path, *, plots: bool = True) -> CompareReport:
     out = Path(out)
     summary = summarise(out)
     spec = summary["spec"]
-    title = f"{', '.join(a['name'] for a in spec['arms'])} on {spec['corpus']}"
+    data = (spec.get("task") or {}).get("kind") or spec["corpus"]
+    title = f"{', '.join(a['name'] for a in spec['arms'])} on {data}"
     if summary["contexts"]:
         title += f" at contexts {', '.join(map(str, summary['contexts']))}"
     tables = report_tables(summary)
     images = draw_plots(summary, out) if plots else []
+    summary["probe"] = probe_summary(out, summary)  # a probe's accuracy goes first
+    if summary["probe"] is not None:
+        tables = probe_tables(summary["probe"]) + tables
+        images = (probe_plots(summary["probe"], out) if plots else []) + images
     text = markdown(
         title,
         summary["command"],

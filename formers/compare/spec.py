@@ -31,7 +31,9 @@ BUDGET_KEYS = ("train.max_steps", "train.time_budget")
 NOT_COMPARED = ("train.data_dir",)
 # The keys of a spec file (and of compare.json, which is one); "presets" is the arms of folders
 # made before arms had names of their own.
-SPEC_KEYS = ("arms", "corpus", "seeds", "contexts", "overrides", "budget", "evaluate")
+SPEC_KEYS = ("arms", "corpus", "task", "seeds", "contexts", "overrides", "budget", "evaluate")
+# A spec's `task:` is a probe (`formers.data.probes`): its kind and options, as train.probe.*.
+PROBE_KEY = "train.probe"
 # The keys of a `contexts:` entry given as a mapping rather than a plain seq_len.
 CONTEXT_ENTRY_KEYS = ("seq_len", "overrides")
 CONTEXT_EXAMPLE = "{seq_len: 4096, overrides: {train.batch_size: 2}}"
@@ -106,6 +108,8 @@ class CompareSpec:
         arms: `Arm`s, or preset names; the first is the baseline the others are measured
             against.
         corpus: a named corpus or a text file or folder, the same for every run.
+        task: a long-range probe to train on instead of a corpus: its kind (mqar, passkey,
+            listops) and options, e.g. {"kind": "mqar", "pairs": 8} (`train.probe`).
         seeds: one run per arm, context and seed (`train.seed`).
         overrides: shared "model.x" / "train.y" overrides (size, budget: `train.max_steps`,
             `train.time_budget`, evaluation), as for `formers train`.
@@ -122,6 +126,7 @@ class CompareSpec:
     corpus: str = "stdlib"
     seeds: tuple[int, ...] = (0,)
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    task: Mapping[str, Any] = field(default_factory=dict)
     contexts: tuple[int, ...] = ()
     context_overrides: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
     evaluations: tuple[Evaluation, ...] = ()
@@ -136,6 +141,7 @@ class CompareSpec:
         object.__setattr__(self, "seeds", tuple(self.seeds))
         object.__setattr__(self, "contexts", tuple(self.contexts))
         object.__setattr__(self, "overrides", flatten(dict(self.overrides)))
+        object.__setattr__(self, "task", _task(self.task))
         # an entry with no overrides is the plain context, so both spell the same spec
         own = {c: flatten(dict(o)) for c, o in dict(self.context_overrides).items() if o}
         object.__setattr__(self, "context_overrides", own)
@@ -215,6 +221,16 @@ class CompareSpec:
                         evaluation.check(arm.name, cfg)
 
     @property
+    def task_overrides(self) -> dict[str, Any]:
+        """The task as the runs' overrides: train.probe.kind and its options."""
+        return {f"{PROBE_KEY}.{k}": v for k, v in self.task.items()}
+
+    @property
+    def data_name(self) -> str:
+        """What the runs train on: the probe's kind, or the corpus."""
+        return self.task.get("kind") or self.corpus
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The arms' names, the baseline first."""
         return tuple(arm.name for arm in self.arms)
@@ -235,10 +251,11 @@ class CompareSpec:
     def run_config(
         self, arm: str, seed: int, data_dir: str | None = None, context: int | None = None
     ) -> RunConfig:
-        """The resolved config of one run: the shared overrides, then the context's, then the
-        arm's own."""
+        """The resolved config of one run: the task's options, the shared overrides, then the
+        context's, then the arm's own."""
         own = self.arm(arm)
-        overrides = {**self.overrides, **self.context_overrides.get(context, {}), **own.overrides}
+        overrides = {**self.task_overrides, **self.overrides}
+        overrides |= {**self.context_overrides.get(context, {}), **own.overrides}
         overrides |= {"train.corpus": self.corpus, "train.seed": seed}
         if context is not None:
             overrides[CONTEXT_KEY] = context
@@ -259,7 +276,7 @@ class CompareSpec:
         """Whose overrides a run does not resolve with, as an error's prefix: the arm's, when
         the shared and context overrides resolve alone; the context's, when the shared do."""
         fixed = {"train.corpus": self.corpus} | ({CONTEXT_KEY: context} if context else {})
-        shared = {**self.overrides, **fixed}
+        shared = {**self.task_overrides, **self.overrides, **fixed}
         layers = [({**shared, **self.context_overrides.get(context, {}), **fixed}, arm._of())]
         if self.context_overrides.get(context):
             layers.append((shared, f"context {context}: {arm._of()}"))
@@ -281,9 +298,11 @@ class CompareSpec:
             return f"formers compare --spec {shlex.quote(self.source)}"
         if not self.expressible():
             return None
-        words = ["formers", "compare", *self.names, "--corpus", self.corpus, "--seeds"]
-        words += [str(s) for s in self.seeds]
-        for key, value in self.overrides.items():
+        words = ["formers", "compare", *self.names]
+        words += ["--task", self.task["kind"]] if self.task else ["--corpus", self.corpus]
+        words += ["--seeds", *(str(s) for s in self.seeds)]
+        options = {f"{PROBE_KEY}.{k}": v for k, v in self.task.items() if k != "kind"}
+        for key, value in {**options, **self.overrides}.items():
             words += [f"--{key}", str(value)]
         return " ".join(shlex.quote(w) for w in words)
 
@@ -296,6 +315,7 @@ class CompareSpec:
         data = {
             "arms": [arm.to_dict() for arm in self.arms],
             "corpus": self.corpus,
+            **({"task": dict(self.task)} if self.task else {}),
             "seeds": list(self.seeds),
             "contexts": [self._context_entry(c) for c in self.contexts],
             "overrides": dict(self.overrides),
@@ -324,9 +344,15 @@ class CompareSpec:
         if not isinstance(evaluations, list):
             raise ConfigError("evaluate is a list of evaluations: evaluate: [{name: ..., ...}]")
         contexts = [_context(entry) for entry in _list(data, "contexts", ())]
+        if data.get("task") and "corpus" in data and data["corpus"] != "stdlib":
+            raise ConfigError(
+                f"task and corpus are both given: a probe ({_task(data['task']).get('kind')}) "
+                "makes its own data, so leave corpus out"
+            )
         return cls(
             arms=tuple(Arm.from_dict(a) for a in _list(data, "arms", data.get("presets"))),
             corpus=str(data.get("corpus", "stdlib")),
+            task=data.get("task") or {},
             seeds=tuple(_list(data, "seeds", (0,))),
             overrides=overrides,
             contexts=tuple(c for c, _ in contexts),
@@ -363,6 +389,18 @@ def _context(entry: Any) -> tuple[Any, dict[str, Any]]:
         return entry["seq_len"], _mapping(entry, "overrides")
     except ConfigError as error:
         raise ConfigError(f"{name}: {error}") from None
+
+
+def _task(task: Any) -> dict[str, Any]:
+    """A spec's `task:`: a probe's kind alone, or a mapping of its kind and options."""
+    if isinstance(task, str):
+        task = {"kind": task}
+    if not isinstance(task, Mapping) or (task and "kind" not in task):
+        raise ConfigError(
+            f"task {task!r}: give a probe's kind (mqar, passkey or listops), or a mapping of its "
+            "kind and options, e.g. {kind: mqar, pairs: 8}"
+        )
+    return {str(k).removeprefix(f"{PROBE_KEY}."): v for k, v in task.items()}
 
 
 def _mapping(data: Mapping[str, Any], key: str) -> dict[str, Any]:

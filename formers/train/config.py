@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from formers.config import ModelConfig, check_finite
+from formers.data.probes import ProbeConfig, probe_config_class
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
 from formers.presets import config, config_from_dict, override
@@ -61,6 +62,8 @@ class TrainConfig:
         aux_loss_coef: weight of the model's auxiliary losses (Switch, Routing) in the loss.
         stop_on_nonfinite: stop the run when the loss or the gradient norm is NaN or infinite
             (the weights of that step are not kept) instead of training on.
+        probe: train on a generated long-range probe instead of the corpus (`kind`: mqar,
+            passkey or listops, with its options; `formers.data.probes`); None: the corpus.
     """
 
     corpus: str = "stdlib"
@@ -96,6 +99,7 @@ class TrainConfig:
     save_every: int = 250
     keep_checkpoints: int = 2
     stop_on_nonfinite: bool = True
+    probe: ProbeConfig | None = None
 
     def __post_init__(self) -> None:
         check_finite(self, prefix="train.")
@@ -140,6 +144,8 @@ class TrainConfig:
             raise ConfigError(f"train.label_smoothing={self.label_smoothing} must be in [0, 1)")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+        if self.probe is not None:
+            self.probe.validate(self.seq_len)
 
     @property
     def batch_tokens(self) -> int:
@@ -202,6 +208,10 @@ class RunConfig:
     # vocabulary, is refused there rather than replaced, while a preset's default is replaced
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        if self.train.probe is not None:  # a probe the model cannot read fails here
+            self.train.probe.check_arch(self.model.arch, self.preset)
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; `run_config_from_dict` reverses it."""
         return {"preset": self.preset, "model": self.model.to_dict(), "train": _asdict(self.train)}
@@ -218,8 +228,14 @@ def run_config(preset: str = "vanilla", overrides: dict[str, Any] | None = None)
     `model.d_model=64`.
     """
     model_overrides, train_overrides = split_overrides(overrides or {})
+    probe_keys = [k for k in train_overrides if k.startswith("probe.") and k != "probe.kind"]
+    if probe_keys and not {"probe", "probe.kind"} & set(train_overrides):
+        raise ConfigError(
+            f"train.{probe_keys[0]} is an option of a probe, and no probe is chosen: set "
+            "train.probe.kind to mqar, passkey or listops"
+        )
     model = config(preset, **model_overrides)
-    train = apply_overrides(TrainConfig(), train_overrides, prefix="train.")
+    train = apply_overrides(TrainConfig(), train_overrides, probe_config_class, prefix="train.")
     return RunConfig(preset=preset, model=model, train=train, explicit=frozenset(model_overrides))
 
 
@@ -246,7 +262,9 @@ def run_config_from_dict(data: dict[str, Any]) -> RunConfig:
     """Rebuild a run config saved by `RunConfig.to_dict()`."""
     try:
         model = config_from_dict(data["model"])
-        train = apply_overrides(TrainConfig(), data.get("train", {}), prefix="train.")
+        train = apply_overrides(
+            TrainConfig(), data.get("train", {}), probe_config_class, prefix="train."
+        )
     except KeyError as error:
         raise ConfigError(f"saved run config has no {error} section") from None
     return RunConfig(preset=data.get("preset", "vanilla"), model=model, train=train)
