@@ -8,6 +8,8 @@ window.py          sliding-window attention with dilation and global keys, on th
 rolling_window.py  the rolling-window decoding step: the keys a causal window can still reach
 clusters.py        attention inside clusters, cut into blocks of their members (gathered)
 cost.py            what one token costs an attention layer (the cost model of `formers bench`)
+record.py          attention weights recorded for a picture (`formers attention-map`)
+host_reads.py      whether code may read values back on the host (not in a training step)
 
 Nothing here knows a layer, a mask object or a variant.
 """
