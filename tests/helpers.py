@@ -116,3 +116,32 @@ def run_formers(*args, check: bool = True, **kwargs) -> subprocess.CompletedProc
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def tiny_training_config(name: str, folder, n_layers: int = 2, **train):
+    """A run config of a few-thousand-parameter `name` on a tiny corpus written into `folder`
+    (text for language models, toy pairs for the encoder–decoder), dropout off."""
+    from formers.train.config import run_config
+
+    if formers.PRESETS[name]().arch == "encoder_decoder":
+        corpus = write_parallel_corpus(folder, n=60)
+        data = {"train.tokenizer_vocab": 300, "train.max_tokens": 48}
+    else:
+        path = folder / "corpus.txt"
+        lines = [f"line {i}: the quick fox jumps {i * 7 % 13}\n" for i in range(120)]
+        path.write_text("".join(lines))
+        corpus, data = str(path), {}
+    overrides = {
+        "model.n_layers": n_layers,
+        "model.d_model": 32,
+        "model.n_heads": 4,
+        "model.d_ff": 64,
+        "model.dropout": 0.0,
+        "train.corpus": corpus,
+        "train.batch_size": 2,
+        "train.seq_len": 16,
+        "train.precision": "fp32",
+        **data,
+    }
+    overrides.update({f"train.{k}": v for k, v in train.items()})
+    return run_config(name, overrides)

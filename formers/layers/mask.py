@@ -86,5 +86,5 @@ def target_padding_mask(tgt_in: Tensor, pad_id: int | None) -> Tensor | None:
     if valid is None or (host_reads_allowed() and bool(valid[:, 0].all())):
         return valid
     valid = valid.clone()
-    valid[:, 0] = True
+    valid[:, 0].fill_(True)
     return None if host_reads_allowed() and bool(valid.all()) else valid

@@ -1,0 +1,125 @@
+"""One graph per training step, no host syncs (docs/architecture.md): for every preset, the
+trainer's loss (forward, loss, aux loss; `formers.train.step.training_loss`) traces as one
+graph with `fullgraph=True` and gives eager's loss and gradients, and the eager step of the
+trainer, held as it is on a GPU (`no_host_reads`), reads no value back."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import pytest
+import torch
+from helpers import tiny_training_config
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import formers
+from formers.kernels.host_reads import no_host_reads
+from formers.layers.statistics import fold_statistics
+from formers.train import trainer
+from formers.train.step import training_loss
+from formers.train.tasks import task_for
+
+PRESETS = list(formers.PRESETS)
+
+
+def two_batches(task):
+    batches = task.train_batches(0, 1)
+    return [next(batches) for _ in range(2)]
+
+
+def run_steps(task, model, loss_fn, batches):
+    """Two steps of forward, loss and backward (memory carried), without optimizer steps: the
+    losses, the gradients and the buffers after each. The same random numbers every time
+    (Switch's router jitter draws some)."""
+    torch.manual_seed(1)
+    memory, seen = None, []
+    for batch in batches:
+        model.zero_grad(set_to_none=True)
+        loss, out = loss_fn(batch, memory)
+        loss.backward()
+        fold_statistics(model)
+        memory = out.memory
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        seen.append((loss.detach(), grads, buffers))
+    return seen
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_training_step_compiles_as_one_graph_with_eagers_loss_and_gradients(name, tmp_path):
+    torch._dynamo.reset()
+    # one layer keeps tracing short; Switch's experts are in its second (odd) layer
+    task = task_for(tiny_training_config(name, tmp_path, n_layers=2 if name == "switch" else 1))
+    torch.manual_seed(0)
+    eager_model = formers.build(task.cfg.model).train()
+    compiled_model = formers.build(task.cfg.model).train()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    batches = two_batches(task)
+    coef = task.cfg.train.aux_loss_coef
+    want = run_steps(task, eager_model, training_loss(task, eager_model, coef), batches)
+    loss_fn = training_loss(task, compiled_model, coef)
+    got = run_steps(
+        task, compiled_model, torch.compile(loss_fn, backend="eager", fullgraph=True), batches
+    )
+    for (loss, grads, buffers), expected in zip(got, want, strict=True):
+        want_loss, want_grads, want_buffers = expected
+        torch.testing.assert_close(loss, want_loss, atol=1e-6, rtol=1e-6)
+        assert grads.keys() == want_grads.keys() and grads
+        for key, grad in grads.items():
+            torch.testing.assert_close(grad, want_grads[key], atol=1e-6, rtol=1e-5, msg=key)
+        for key, buffer in buffers.items():  # routing's centroids, folded in after backward
+            torch.testing.assert_close(buffer, want_buffers[key], atol=1e-6, rtol=1e-5, msg=key)
+
+
+# ops that hand a value to the host: item()/bool()/int()/tolist() (_local_scalar_dense),
+# shapes from values (nonzero, masked_select, unique), torch.equal, and tensors made from
+# Python data inside the step (torch.tensor: on a GPU a copy that waits)
+READS_BACK = {"_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero",
+              "lift_fresh", "lift_fresh_copy", "_unique", "_unique2", "unique_dim",
+              "unique_consecutive", "allclose"}  # fmt: skip
+
+
+class ReadsBack(TorchDispatchMode):
+    """Records every op that would read a value back on the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in READS_BACK:
+            ours = [f for f in traceback.extract_stack() if f"formers{os.sep}" in f.filename]
+            where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
+            self.seen.append(f"{func} at {where if ours else '?'}")
+        return func(*args, **(kwargs or {}))
+
+
+class Replay:
+    """Batches made before the step (making them is host work, not the step's)."""
+
+    def __init__(self, batches, state) -> None:
+        self.batches, self.state = iter(batches), state
+
+    def __next__(self):
+        return next(self.batches)
+
+    def state_dict(self):
+        return self.state
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
+    cfg = tiny_training_config(name, tmp_path, grad_accum=2)
+    run = trainer.start(cfg, tmp_path / "run", False, None)
+    try:
+        batches = [next(run.batches) for _ in range(4)]
+        run.batches = Replay(batches, run.batches.state_dict())
+        with ReadsBack() as reads, no_host_reads():  # as the trainer holds it on a GPU
+            for _ in range(2):  # the second with memory, trained centroids, Adam's moments
+                trainer.take_step(run, *trainer.compute_gradients(run))
+        assert not reads.seen, reads.seen
+        read = trainer.read_steps(run)  # and the numbers are there to read afterwards
+        assert read.divergence is None and read.loss > 0 and read.grad_norm > 0
+    finally:
+        run.lock.release()
