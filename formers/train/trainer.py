@@ -41,9 +41,11 @@ from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import RunConfig
 from formers.train.console import StderrOrNothing, say
 from formers.train.cpu_share import OthersShare
+from formers.train.divergence import Divergence
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer, step_unless
 from formers.train.precision import autocast_for
+from formers.train.progress import advance_bar, log_step, progress_bar, time_first_step
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
 from formers.train.run_folder import (
@@ -86,35 +88,6 @@ class TrainResult:
     stopped: str = "max_steps"
     divergence: Divergence | None = None
     compile_seconds: float | None = None
-
-
-@dataclass
-class Divergence:
-    """The step whose loss or gradient norm was not finite, and the last step that was."""
-
-    step: int
-    loss: float
-    grad_norm: float
-    last_finite_step: int | None
-    last_finite_loss: float | None
-    checkpoint_step: int | None  # the latest checkpoint, which the run keeps
-
-    def describe(self) -> str:
-        last = (
-            f"the last finite loss was {self.last_finite_loss:.4f}, at step {self.last_finite_step}"
-            if self.last_finite_loss is not None
-            else "no step before it was finite"
-        )
-        kept = (
-            f"the latest checkpoint (step {self.checkpoint_step}) is kept"
-            if self.checkpoint_step is not None
-            else "there is no checkpoint"
-        )
-        return (
-            f"training diverged: step {self.step} gave loss {self.loss} and gradient norm "
-            f"{self.grad_norm} ({last}); its weights were not kept and {kept}. Train again in "
-            "a new folder with a lower train.lr, more train.warmup_steps or a train.grad_clip"
-        )
 
 
 @dataclass
@@ -218,7 +191,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             step = run.state.step
             # the device's numbers are read only where the run logs, evaluates, saves or ends:
             # a step that was not finite stops it there, before anything is kept
-            read = None
+            read = logged = None
             timing = run.compiling and run.first_step is None
             if step % tc.log_every == 0 or step == 1 or timing:
                 read = read_steps(run)
@@ -228,8 +201,8 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
                 if timing:
                     time_first_step(run, step_start)
                 if step % tc.log_every == 0 or step == 1:
-                    update_bar(run, *log_step(run, read, lr), bar)
-            bar.update(1)
+                    logged = log_step(run, read, lr)
+            advance_bar(run, bar, logged)
             out_of_time = budget is not None and run.seconds >= budget
             stop_now = any_rank(stop.received is not None or out_of_time, run.env)
             eval_now = bool(tc.eval_every) and step % tc.eval_every == 0 and step < tc.max_steps
@@ -499,62 +472,6 @@ def diverged(run: Run, read: Read) -> Divergence:
     )
 
 
-def time_first_step(run: Run, step_start: float) -> None:
-    """Under `train.compile`, when the first step of this process has been read: its time."""
-    now = time.perf_counter()
-    run.first_step = (run.state.step, now - step_start, now)
-
-
-def log_step(run: Run, read: Read, lr: float) -> tuple[float, float]:
-    """Log the loss and the model's diagnostics (averaged over processes), the rate and the
-    throughput; with `train.compile`, at the first log after the first step, the compile
-    seconds (the first step's time less the mean of those after it). Returns the loss and
-    the throughput."""
-    step = run.state.step
-    mean_loss = distributed.all_reduce_mean(read.loss, run.env)
-    diagnostics = {
-        f"model.{name}": distributed.all_reduce_mean(value, run.env)
-        for name, value in read.metrics.items()
-    }
-    now = time.perf_counter()
-    rate = run.window["tokens"] / max(now - run.window["start"], 1e-9)
-    run.window = {"tokens": 0.0, "start": now}
-    share = None if run.others is None else run.others.take()
-    extra = {} if share is None else {"others_cpu": share}
-    if run.first_step is not None and run.compile_seconds is None and step > run.first_step[0]:
-        first, seconds, end = run.first_step
-        run.compile_seconds = max(0.0, seconds - (now - end) / (step - first))
-        extra["compile_seconds"] = run.compile_seconds
-        if run.env.is_main:
-            say(f"train.compile: the first step took {run.compile_seconds:.1f} s more")
-    if run.log is not None:
-        run.log.log(
-            "train",
-            step,
-            loss=mean_loss,
-            lr=lr,
-            grad_norm=read.grad_norm,
-            tokens=run.state.tokens_seen,
-            tokens_per_s=rate,
-            seconds=run.seconds,
-            **extra,
-            **diagnostics,
-        )
-    return mean_loss, rate
-
-
-def update_bar(run: Run, loss: float, rate: float, bar: tqdm) -> None:
-    """The loss and throughput just logged, beside the progress bar."""
-    postfix = {"loss": f"{loss:.3f}", "tok_s": f"{rate:,.0f}"}
-    budget = run.cfg.train.time_budget_seconds
-    # the bar counts steps towards max_steps; what a time budget leaves is shown beside
-    # it (re-estimating the total from the pace would make the share jump back and forth)
-    if budget is not None:
-        left = max(0, round(budget - run.seconds))
-        postfix["left"] = f"{left // 60}m{left % 60:02d}s" if left >= 60 else f"{left}s"
-    bar.set_postfix(postfix, refresh=False)
-
-
 def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResult:
     """Evaluate on the valid split (a prefix of `max_tokens`, or all of it for the final one)."""
     valid = run.task.evaluate(
@@ -610,20 +527,6 @@ def finish(run: Run, stopped: str) -> None:
         run.log.close()
     if run.env.is_main:
         say(f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})")
-
-
-def progress_bar(run: Run, progress: bool) -> tqdm:
-    """A progress bar over the steps to max_steps (rank 0 only); its total never changes."""
-    return tqdm(
-        file=StderrOrNothing(),
-        total=run.cfg.train.max_steps,
-        initial=run.state.step,
-        disable=not (progress and run.env.is_main),
-        desc="train",
-        unit="step",
-        dynamic_ncols=True,
-        mininterval=1.0,
-    )
 
 
 def any_rank(flag: bool, env: distributed.Distributed) -> bool:
