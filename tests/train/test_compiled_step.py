@@ -5,6 +5,7 @@ trainer, held as it is on a GPU (`no_host_reads`), reads no value back."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import traceback
 
@@ -14,10 +15,13 @@ from helpers import tiny_training_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import formers
+from formers.errors import ConfigError
 from formers.kernels.host_reads import no_host_reads
 from formers.layers.statistics import fold_statistics
 from formers.train import trainer
-from formers.train.step import training_loss
+from formers.train.config import TrainConfig, run_config
+from formers.train.metrics import read_metrics
+from formers.train.step import training_loss, wants_compile
 from formers.train.tasks import task_for
 
 PRESETS = list(formers.PRESETS)
@@ -123,3 +127,42 @@ def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
         assert read.divergence is None and read.loss > 0 and read.grad_norm > 0
     finally:
         run.lock.release()
+
+
+def test_train_compile_takes_true_false_or_auto_and_auto_means_cuda_only():
+    assert run_config("vanilla", {"train.compile": "auto"}).train.compile == "auto"
+    assert run_config("vanilla", {"train.compile": "true"}).train.compile is True
+    assert not wants_compile("auto", torch.device("cpu"))
+    assert wants_compile("auto", torch.device("cuda")) and wants_compile(True, torch.device("cpu"))
+    assert not wants_compile(False, torch.device("cuda"))
+    assert TrainConfig().compile is False  # off until GPU measurements say where it pays
+    with pytest.raises(ConfigError, match="train.compile='sometimes' must be true, false or auto"):
+        run_config("vanilla", {"train.compile": "sometimes"})
+
+
+def test_a_compiled_run_trains_as_the_eager_run_and_says_what_compiling_cost(
+    tmp_path, monkeypatch, capsys
+):
+    # inductor needs a C++ compiler on the CPU: the graph runs on the eager backend here, the
+    # trainer's path is the same (the compiled loss, one graph, its seconds recorded)
+    compile_, asked = torch.compile, []
+
+    def on_eager_backend(fn, **options):
+        asked.append(options)
+        return compile_(fn, backend="eager", **options)
+
+    monkeypatch.setattr(torch, "compile", on_eager_backend)
+    torch._dynamo.reset()
+    cfg = tiny_training_config("routing", tmp_path, max_steps=4, log_every=2, eval_every=0)
+    eager = trainer.train(cfg, tmp_path / "eager", progress=False)
+    compiled_cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, compile=True))
+    result = trainer.train(compiled_cfg, tmp_path / "compiled", progress=False)
+    assert asked == [{"fullgraph": True}]  # the compiled run's loss, as one graph
+    assert eager.compile_seconds is None and result.compile_seconds > 0
+    want, got = (read_metrics(tmp_path / run, "train") for run in ("eager", "compiled"))
+    assert [r["step"] for r in got] == [1, 2, 4]
+    for a, b in zip(got, want, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert "compile_seconds" in got[1] and "compile_seconds" not in want[1]
+    assert result.valid.loss == pytest.approx(eager.valid.loss, rel=1e-5)
+    assert "train.compile: the first step took" in capsys.readouterr().err
