@@ -11,13 +11,12 @@ import traceback
 
 import pytest
 import torch
-from helpers import tiny_training_config
+from helpers import Replay, run_steps, tiny_training_config, two_batches
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import formers
 from formers.errors import ConfigError
 from formers.kernels.host_reads import no_host_reads
-from formers.layers.statistics import fold_statistics
 from formers.train import trainer
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
@@ -25,29 +24,6 @@ from formers.train.step import training_loss, wants_compile
 from formers.train.tasks import task_for
 
 PRESETS = list(formers.PRESETS)
-
-
-def two_batches(task):
-    batches = task.train_batches(0, 1)
-    return [next(batches) for _ in range(2)]
-
-
-def run_steps(task, model, loss_fn, batches):
-    """Two steps of forward, loss and backward (memory carried), without optimizer steps: the
-    losses, the gradients and the buffers after each. The same random numbers every time
-    (Switch's router jitter draws some)."""
-    torch.manual_seed(1)
-    memory, seen = None, []
-    for batch in batches:
-        model.zero_grad(set_to_none=True)
-        loss, out = loss_fn(batch, memory)
-        loss.backward()
-        fold_statistics(model)
-        memory = out.memory
-        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        buffers = {n: b.clone() for n, b in model.named_buffers()}
-        seen.append((loss.detach(), grads, buffers))
-    return seen
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -61,10 +37,10 @@ def test_the_training_step_compiles_as_one_graph_with_eagers_loss_and_gradients(
     compiled_model.load_state_dict(eager_model.state_dict())
     batches = two_batches(task)
     coef = task.cfg.train.aux_loss_coef
-    want = run_steps(task, eager_model, training_loss(task, eager_model, coef), batches)
+    want = run_steps(eager_model, training_loss(task, eager_model, coef), batches)
     loss_fn = training_loss(task, compiled_model, coef)
     got = run_steps(
-        task, compiled_model, torch.compile(loss_fn, backend="eager", fullgraph=True), batches
+        compiled_model, torch.compile(loss_fn, backend="eager", fullgraph=True), batches
     )
     for (loss, grads, buffers), expected in zip(got, want, strict=True):
         want_loss, want_grads, want_buffers = expected
@@ -97,19 +73,6 @@ class ReadsBack(TorchDispatchMode):
             where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
             self.seen.append(f"{func} at {where if ours else '?'}")
         return func(*args, **(kwargs or {}))
-
-
-class Replay:
-    """Batches made before the step (making them is host work, not the step's)."""
-
-    def __init__(self, batches, state) -> None:
-        self.batches, self.state = iter(batches), state
-
-    def __next__(self):
-        return next(self.batches)
-
-    def state_dict(self):
-        return self.state
 
 
 @pytest.mark.parametrize("name", PRESETS)
