@@ -5,14 +5,21 @@ from before that step."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
+import pytest
 import torch
+from torch import nn
 
 from formers import cli
+from formers.errors import FormersError
 from formers.train import trainer
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint
+from formers.train.config import TrainConfig
+from formers.train.optim import make_optimizer, step_unless
+from formers.train.step import compiled
 
 
 def test_a_finite_loss_with_an_infinite_gradient_stops_the_run_before_the_step(
@@ -63,3 +70,38 @@ def test_a_finite_loss_with_an_infinite_gradient_stops_the_run_before_the_step(
     ):
         assert torch.isfinite(trained).all(), name
         assert torch.equal(trained, kept), name  # steps 3 and 4 changed no weight
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam_paper", "sgd"])
+def test_a_skipped_step_leaves_the_weights_and_the_optimizer_state_as_they_were(optimizer):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3))
+    opt = make_optimizer(model, TrainConfig(optimizer=optimizer, lr=0.1))
+
+    def backward():
+        opt.zero_grad()
+        model(torch.randn(5, 4)).square().sum().backward()
+
+    backward()
+    step_unless(opt, torch.tensor(False))  # a first step: the state exists
+    weights = copy.deepcopy(model.state_dict())
+    state = copy.deepcopy(opt.state_dict()["state"])
+    backward()
+    step_unless(opt, torch.tensor(True))
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, weights[name]), name
+    for index, entries in opt.state_dict()["state"].items():
+        for key, value in entries.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(state[index][key])), key
+    step_unless(opt, torch.tensor(False))
+    assert not torch.equal(model.state_dict()["0.weight"], weights["0.weight"])
+
+
+def test_a_training_loss_that_does_not_compile_as_one_graph_is_refused_in_one_line():
+    def loss(batch, memory):  # code that splits the graph, as a read of a value would
+        torch._dynamo.graph_break()
+        return batch.sum(), None
+
+    with pytest.raises(FormersError) as error:
+        compiled(loss)(torch.ones(3), None)
+    assert "set train.compile false" in str(error.value) and "\n" not in str(error.value)
