@@ -187,14 +187,15 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             lr = set_learning_rate(run)
             with no_host_reads(on_device):
                 take_step(run, *compute_gradients(run))
-            run.seconds += time.perf_counter() - step_start
             step = run.state.step
             # the device's numbers are read only where the run logs, evaluates, saves or ends:
             # a step that was not finite stops it there, before anything is kept
             read = logged = None
             timing = run.compiling and run.first_step is None
             if step % tc.log_every == 0 or step == 1 or timing:
-                read = read_steps(run)
+                read = read_steps(run)  # waits for the device: the wait is the steps' time
+            run.seconds += time.perf_counter() - step_start
+            if read is not None:
                 if diverges(run, read):
                     stopped = "nonfinite"
                     break
