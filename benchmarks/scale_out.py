@@ -95,8 +95,8 @@ def worker(args: argparse.Namespace) -> None:
     for _ in range(args.steps):
         start = time.perf_counter()
         trainer.set_learning_rate(run)
-        *_, tokens = trainer.compute_gradients(run)
-        trainer.take_step(run, tokens)
+        trainer.take_step(run, *trainer.compute_gradients(run))
+        trainer.read_steps(run)  # the step's numbers on the host: a timed step has finished
         times.append(time.perf_counter() - start)
     params = sum(local_bytes(p) for p in run.model.parameters())
     optimizer = sum(

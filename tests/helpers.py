@@ -116,3 +116,74 @@ def run_formers(*args, check: bool = True, **kwargs) -> subprocess.CompletedProc
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def tiny_training_config(name: str, folder, n_layers: int = 2, **train):
+    """A run config of a few-thousand-parameter `name` on a tiny corpus written into `folder`
+    (text for language models, toy pairs for the encoder–decoder), dropout off."""
+    from formers.train.config import run_config
+
+    if formers.PRESETS[name]().arch == "encoder_decoder":
+        corpus = write_parallel_corpus(folder, n=60)
+        data = {"train.tokenizer_vocab": 300, "train.max_tokens": 48}
+    else:
+        path = folder / "corpus.txt"
+        lines = [f"line {i}: the quick fox jumps {i * 7 % 13}\n" for i in range(120)]
+        path.write_text("".join(lines))
+        corpus, data = str(path), {}
+    overrides = {
+        "model.n_layers": n_layers,
+        "model.d_model": 32,
+        "model.n_heads": 4,
+        "model.d_ff": 64,
+        "model.dropout": 0.0,
+        "train.corpus": corpus,
+        "train.batch_size": 2,
+        "train.seq_len": 16,
+        "train.precision": "fp32",
+        **data,
+    }
+    overrides.update({f"train.{k}": v for k, v in train.items()})
+    return run_config(name, overrides)
+
+
+def two_batches(task, device="cpu"):
+    """The first two training batches of `task`, on `device`."""
+    batches = task.train_batches(0, 1)
+    return [next(batches).to(torch.device(device)) for _ in range(2)]
+
+
+def run_steps(model, loss_fn, batches, autocast=None):
+    """Steps of forward, loss and backward (memory carried), without optimizer steps: the
+    losses, the gradients and the buffers after each. The same random numbers every time
+    (Switch's router jitter draws some)."""
+    from contextlib import nullcontext
+
+    from formers.layers.statistics import fold_statistics
+
+    torch.manual_seed(1)
+    memory, seen = None, []
+    for batch in batches:
+        model.zero_grad(set_to_none=True)
+        with autocast or nullcontext():
+            loss, out = loss_fn(batch, memory)
+        loss.backward()
+        fold_statistics(model)
+        memory = out.memory
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        seen.append((loss.detach(), grads, buffers))
+    return seen
+
+
+class Replay:
+    """Batches made before the step (making them is host work, not the step's)."""
+
+    def __init__(self, batches, state) -> None:
+        self.batches, self.state = iter(batches), state
+
+    def __next__(self):
+        return next(self.batches)
+
+    def state_dict(self):
+        return self.state

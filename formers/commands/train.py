@@ -161,6 +161,8 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
             summary["valid"] = result.valid.as_dict()
         if result.divergence is not None:
             summary["divergence"] = dataclasses.asdict(result.divergence)
+        if result.compile_seconds is not None:
+            summary["compile_seconds"] = round(result.compile_seconds, 1)
         print(json.dumps(json_safe(summary), indent=2, allow_nan=False))
     if result.stopped == "nonfinite":
         return 1

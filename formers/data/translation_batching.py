@@ -53,11 +53,12 @@ class TranslationBatch:
         return self.n_tgt_tokens
 
     def to(self, device: torch.device | str) -> TranslationBatch:
-        """The batch with its tensors on `device` (`index` stays where it is)."""
+        """The batch with its tensors on `device` (`index` stays where it is); the copies are
+        queued without the host waiting for the device (non_blocking)."""
         return TranslationBatch(
-            self.src.to(device),
-            self.tgt_in.to(device),
-            self.tgt_out.to(device),
+            self.src.to(device, non_blocking=True),
+            self.tgt_in.to(device, non_blocking=True),
+            self.tgt_out.to(device, non_blocking=True),
             self.n_tgt_tokens,
             self.index,
         )

@@ -12,6 +12,8 @@ sparse.py          the one choice, by device, between the kernels above and thei
                    twins on CUDA: flex.py (block masks built once per shape, cached),
                    flex_window.py (window, local blocks), flex_clusters.py, flex_scores.py
                    (a relative bias by offset, a top-k threshold)
+record.py          attention weights recorded for a picture (`formers attention-map`)
+host_reads.py      whether code may read values back on the host (not in a training step)
 
 Nothing here knows a layer, a mask object or a variant.
 """

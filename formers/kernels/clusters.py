@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels.attention import masked_attention
+from formers.kernels.host_reads import host_reads_allowed
 from formers.kernels.record import recording, report, take
 
 
@@ -71,14 +72,30 @@ def cluster_ranks(clusters: Tensor, n_clusters: int) -> ClusterRanks:
     return ClusterRanks(rank, counts)
 
 
+def max_blocks(length: int, n_clusters: int, window: int) -> int:
+    """The most blocks `cluster_layout` can need for `length` tokens, whatever their clusters:
+    each non-empty cluster (at most C + 1 of them, and at most T) wastes under one block's
+    slots, so N·W < T + (C + 1)·W, i.e. N ≤ ⌊(T + (C + 1)·(W − 1)) / W⌋ (and N ≤ T)."""
+    clusters = min(n_clusters + 1, length)
+    return max(1, min(length, (length + clusters * (window - 1)) // window))
+
+
 def cluster_layout(clusters: Tensor, n_clusters: int, window: int) -> BlockLayout:
     """Cut every cluster's members, in order of position, into blocks of `window` slots; each
-    cluster starts a new block, so a block never mixes clusters (the last one may have gaps)."""
+    cluster starts a new block, so a block never mixes clusters (the last one may have gaps).
+
+    N is what the busiest (row, head) needs where values may be read back
+    (`host_reads_allowed`), else the static `max_blocks`: the extra blocks are empty, hold no
+    query and no key, and leave every output as it is. At T = 1,024 with 32 clusters and
+    blocks of 16 that is 94 blocks for at least 64; at T = 32,768, 2,078 for 2,048."""
     batch, heads, length = clusters.shape
     ranks = cluster_ranks(clusters, n_clusters)
     blocks = (ranks.counts + window - 1) // window  # (B, H, C + 1) blocks per cluster
     first_block = blocks.cumsum(-1) - blocks
-    n_blocks = max(int(blocks.sum(-1).max()), 1)  # the busiest (row, head) sets N
+    if host_reads_allowed():
+        n_blocks = max(int(blocks.sum(-1).max()), 1)  # the busiest (row, head) sets N
+    else:
+        n_blocks = max_blocks(length, n_clusters, window)
     slot_of_token = first_block.gather(-1, clusters) * window + ranks.rank  # (B, H, T)
     token_of_slot = clusters.new_full((batch, heads, n_blocks * window), length)
     token_of_slot.scatter_(
@@ -100,7 +117,7 @@ def _mix(x: Tensor) -> Tensor:
     return x ^ (x >> 15)
 
 
-def pair_dropout(seed: int, q_pos: Tensor, k_pos: Tensor, p: float) -> Tensor:
+def pair_dropout(seed: int | Tensor, q_pos: Tensor, k_pos: Tensor, p: float) -> Tensor:
     """Keep-mask (B, H, N, W, M) for dropout with rate p, a function of the seed and of each
     pair's row, head, query position (q_pos, (B, H, N, W)) and key position (k_pos,
     (B, H, N, M)) only, so it is the same whatever else the sequence holds."""
@@ -186,7 +203,9 @@ def attend_in_blocks(
     allowed = torch.cat(parts, dim=-1)  # (B|1, H|1, N, W, M)
     keep = None
     if dropout > 0:
-        seed = int(torch.randint(0, _BITS31, ()))  # one draw, whatever the layout
+        # one draw, whatever the layout, from the CPU generator as before; it stays a tensor:
+        # a Python int would be a read (a graph break under torch.compile)
+        seed = torch.randint(0, _BITS31, ()).to(q.device, non_blocking=True)
         keep = pair_dropout(
             seed,
             slots.expand(batch, heads, -1, -1),

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from formers.kernels.attention import causal_mask
+from formers.kernels.host_reads import host_reads_allowed
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,12 @@ class AttentionMask:
 
 
 def padding_mask(tokens: Tensor, pad_id: int | None) -> Tensor | None:
-    """(B, S) bool, False where `tokens` equals `pad_id`; None when nothing is padding."""
+    """(B, S) bool, False where `tokens` equals `pad_id`; None when nothing is padding (and
+    that may be read: `host_reads_allowed`; else the mask, which says the same)."""
     if pad_id is None:
         return None
     valid = tokens != pad_id
-    return None if bool(valid.all()) else valid
+    return None if host_reads_allowed() and bool(valid.all()) else valid
 
 
 def target_padding_mask(tgt_in: Tensor, pad_id: int | None) -> Tensor | None:
@@ -81,8 +83,8 @@ def target_padding_mask(tgt_in: Tensor, pad_id: int | None) -> Tensor | None:
     never padding, even where the start token is the padding id (checkpoints trained to start
     decoding from it): masking it would leave the first query no key at all."""
     valid = padding_mask(tgt_in, pad_id)
-    if valid is None or bool(valid[:, 0].all()):
+    if valid is None or (host_reads_allowed() and bool(valid[:, 0].all())):
         return valid
     valid = valid.clone()
-    valid[:, 0] = True
-    return None if bool(valid.all()) else valid
+    valid[:, 0].fill_(True)
+    return None if host_reads_allowed() and bool(valid.all()) else valid

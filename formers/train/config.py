@@ -48,7 +48,8 @@ class TrainConfig:
         time_budget: stop after this much training time, e.g. "20m", "90s", "1h" (None: no limit).
         precision: "fp32", "bf16" (autocast, fp32 master weights) or "auto" (bf16 where the
             device runs it natively, else fp32).
-        compile: wrap the model in torch.compile.
+        compile: compile the training step (forward, loss, backward) as one graph with
+            torch.compile (fullgraph); "auto": on CUDA only. Off by default.
         distributed: under torchrun, "ddp" (every process keeps the whole model) or "fsdp"
             (FSDP2: weights, gradients and optimizer state sharded over the processes).
         eval_every: steps between evaluations on the valid split (0: only at the end).
@@ -88,7 +89,7 @@ class TrainConfig:
     label_smoothing: float = 0.0
     aux_loss_coef: float = 1.0
     precision: str = "auto"
-    compile: bool = False
+    compile: bool | str = False
     seed: int = 0
     device: str = "auto"
     distributed: str = "ddp"
@@ -134,6 +135,10 @@ class TrainConfig:
                 raise ConfigError(
                     f"train.{name}={getattr(self, name)!r} is not one of {', '.join(choices)}"
                 )
+        if self.compile not in (True, False, "auto"):
+            raise ConfigError(
+                f"train.compile={self.compile!r} must be true, false or auto (on CUDA only)"
+            )
         if self.max_tokens is not None and (
             not isinstance(self.max_tokens, int) or self.max_tokens < 1
         ):

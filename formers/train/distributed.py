@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
 from formers.devices import resolve_device
@@ -137,6 +137,16 @@ def unwrap(model: nn.Module) -> nn.Module:
         if inner is None or not isinstance(inner, nn.Module):
             return model
         model = inner
+
+
+def all_ranks(flag: Tensor, env: Distributed) -> Tensor:
+    """A bool tensor that is True on every rank where `flag` is True on all of them (an
+    all-reduce on the device: nothing is read back)."""
+    if not env.enabled:
+        return flag
+    every = flag.to(torch.int32)
+    dist.all_reduce(every, op=dist.ReduceOp.MIN)
+    return every.bool()
 
 
 def all_reduce_mean(value: float, env: Distributed) -> float:

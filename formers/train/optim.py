@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from formers.train.config import TrainConfig
 
@@ -54,3 +55,25 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
     return adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, cfg.beta2))
+
+
+def step_unless(optimizer: torch.optim.Optimizer, skip: Tensor) -> None:
+    """`optimizer.step()`, or nothing where the device-side flag `skip` is True.
+
+    The fused Adam, AdamW and SGD kernels take the flag as `found_inf`, as under GradScaler:
+    they leave the weights, moments and step counts as they are when it is set, without the
+    host reading it. Other optimizers, and fused ones over FSDP's sharded tensors, read the flag
+    back first: one device-to-host sync per step.
+    """
+    fused = optimizer.defaults.get("fused") and not any(
+        isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"]
+    )
+    if not fused:
+        if not bool(skip):
+            optimizer.step()
+        return
+    optimizer.found_inf = skip.to(torch.float32)  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]

@@ -2,18 +2,19 @@
 
     task (by arch) → data → model → optimizer → (resume) → loop:
         set the rate → batch → forward and loss (memory in, memory out) + aux → backward
-        → clip → step → log → evaluate → checkpoint
+        → clip → step (a no-op once a loss or gradient norm is not finite)
+        → read (when logging, evaluating, saving or stopping) → log → evaluate → checkpoint
     → final evaluation
 
 What differs between a causal LM, a masked LM and a translation model (batches, loss,
 evaluation) is the task's (`formers.train.tasks`); what a model carries from one batch to the
-next (`out.memory`) goes in and out without the loop knowing what it is.
+next (`out.memory`) goes in and out without the loop knowing what it is. The step reads
+nothing back from the device (`formers.train.step`): its numbers are read once per log.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import time
 from contextlib import AbstractContextManager
@@ -25,6 +26,8 @@ import torch
 from tqdm import tqdm
 
 from formers.errors import FormersError
+from formers.kernels.host_reads import no_host_reads
+from formers.layers.statistics import fold_statistics
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import (
@@ -38,9 +41,11 @@ from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import RunConfig
 from formers.train.console import StderrOrNothing, say
 from formers.train.cpu_share import OthersShare
+from formers.train.divergence import Divergence
 from formers.train.metrics import MetricsLog, read_metrics
-from formers.train.optim import make_optimizer
+from formers.train.optim import make_optimizer, step_unless
 from formers.train.precision import autocast_for
+from formers.train.progress import advance_bar, log_step, progress_bar, time_first_step
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
 from formers.train.run_folder import (
@@ -50,6 +55,14 @@ from formers.train.run_folder import (
 )
 from formers.train.run_lock import RunLock
 from formers.train.schedule import lr_at
+from formers.train.step import (
+    LossFn,
+    Read,
+    StepRecord,
+    compiled,
+    training_loss,
+    wants_compile,
+)
 from formers.train.stop_signal import StopSignal
 from formers.train.tasks import Batches, EvalResult, Task, task_for
 
@@ -62,6 +75,8 @@ class TrainResult:
     saved), "finished" (a resumed run that had already reached max_steps: nothing was done) or
     "nonfinite" (the loss or gradient norm was NaN or infinite: `divergence` says where; that
     step's weights were not kept and nothing was saved after the last checkpoint).
+    `compile_seconds`, with `train.compile`: how much longer the first step took than the
+    steps after it (the whole first step when none followed).
     """
 
     run_dir: Path
@@ -72,35 +87,7 @@ class TrainResult:
     interrupted: bool
     stopped: str = "max_steps"
     divergence: Divergence | None = None
-
-
-@dataclass
-class Divergence:
-    """The step whose loss or gradient norm was not finite, and the last step that was."""
-
-    step: int
-    loss: float
-    grad_norm: float
-    last_finite_step: int | None
-    last_finite_loss: float | None
-    checkpoint_step: int | None  # the latest checkpoint, which the run keeps
-
-    def describe(self) -> str:
-        last = (
-            f"the last finite loss was {self.last_finite_loss:.4f}, at step {self.last_finite_step}"
-            if self.last_finite_loss is not None
-            else "no step before it was finite"
-        )
-        kept = (
-            f"the latest checkpoint (step {self.checkpoint_step}) is kept"
-            if self.checkpoint_step is not None
-            else "there is no checkpoint"
-        )
-        return (
-            f"training diverged: step {self.step} gave loss {self.loss} and gradient norm "
-            f"{self.grad_norm} ({last}); its weights were not kept and {kept}. Train again in "
-            "a new folder with a lower train.lr, more train.warmup_steps or a train.grad_clip"
-        )
+    compile_seconds: float | None = None
 
 
 @dataclass
@@ -112,11 +99,13 @@ class Run:
     env: distributed.Distributed
     task: Task
     model: torch.nn.Module  # the plain (or FSDP-sharded) model: what is saved and evaluated
-    train_model: torch.nn.Module  # the same, wrapped for DDP / torch.compile: what is trained
+    train_model: torch.nn.Module  # the same, wrapped for DDP: what is trained
+    loss_fn: LossFn  # forward and loss of `train_model`, compiled with `train.compile`
     optimizer: torch.optim.Optimizer
     batches: Batches
     autocast: AbstractContextManager
     state: TrainState
+    record: StepRecord  # the steps' loss, gradient norm and diagnostics, until read
     memory: Any = None  # what the model carries from one batch to the next (`out.memory`)
     last_finite: tuple[int, float] | None = None  # the last step and its (finite) loss
     saved_step: int | None = None  # the step of the newest checkpoint, if it holds this state
@@ -128,7 +117,10 @@ class Run:
     # what other processes took of the run's cores per log window (one process only: ranks
     # share the cores by design)
     others: OthersShare | None = None
-    metrics: dict[str, float] = field(default_factory=dict)  # the model's, at the last step
+    unread: list[tuple[int, int]] = field(default_factory=list)  # (step, tokens) since a read
+    compiling: bool = False
+    first_step: tuple[int, float, float] | None = None  # compiled: (step, seconds, end time)
+    compile_seconds: float | None = None
 
 
 def train(
@@ -187,27 +179,45 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
                            False, "finished")  # fmt: skip
     valid, stopped = None, "time_budget" if spent else "max_steps"
     bar = progress_bar(run, progress)
+    # on a GPU the step reads nothing back; on the CPU a read waits for nothing (host_reads.py)
+    on_device = run.env.device.type != "cpu"
     with StopSignal() as stop:
         while not spent and run.state.step < tc.max_steps:
             step_start = time.perf_counter()
             lr = set_learning_rate(run)
-            loss, grad_norm, tokens = compute_gradients(run)
-            if tc.stop_on_nonfinite and not finite_everywhere(loss, grad_norm, run.env):
-                run.divergence = diverged(run, loss, grad_norm)
-                stopped = "nonfinite"
-                break
-            take_step(run, tokens)
+            with no_host_reads(on_device):
+                take_step(run, *compute_gradients(run))
+            step = run.state.step
+            # the device's numbers are read only where the run logs, evaluates, saves or ends:
+            # a step that was not finite stops it there, before anything is kept
+            read = logged = None
+            timing = run.compiling and run.first_step is None
+            if step % tc.log_every == 0 or step == 1 or timing:
+                read = read_steps(run)  # waits for the device: the wait is the steps' time
             run.seconds += time.perf_counter() - step_start
-            log_step(run, loss, lr, grad_norm, bar)
+            if read is not None:
+                if diverges(run, read):
+                    stopped = "nonfinite"
+                    break
+                if timing:
+                    time_first_step(run, step_start)
+                if step % tc.log_every == 0 or step == 1:
+                    logged = log_step(run, read, lr)
+            advance_bar(run, bar, logged)
             out_of_time = budget is not None and run.seconds >= budget
             stop_now = any_rank(stop.received is not None or out_of_time, run.env)
-            step = run.state.step
-            if tc.eval_every and step % tc.eval_every == 0 and step < tc.max_steps:
+            eval_now = bool(tc.eval_every) and step % tc.eval_every == 0 and step < tc.max_steps
+            save_now = bool(tc.save_every) and step % tc.save_every == 0
+            ends = stop_now or step >= tc.max_steps
+            if read is None and (eval_now or save_now or ends) and diverges(run, read_steps(run)):
+                stopped = "nonfinite"
+                break
+            if eval_now:
                 valid = evaluate_now(run, tc.eval_tokens, bar)
             if stop_now:
                 stopped = "signal" if stop.received is not None else "time_budget"
                 break
-            if tc.save_every and run.state.step % tc.save_every == 0:
+            if save_now:
                 save(run)
         bar.close()
         if stopped != "nonfinite":  # a diverged step is not worth a checkpoint
@@ -215,6 +225,8 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     if stopped not in ("signal", "nonfinite"):
         valid = evaluate_now(run, None, None)
     finish(run, stopped)
+    if run.first_step is not None and run.compile_seconds is None:  # no step came after it
+        run.compile_seconds = run.first_step[1]
     return TrainResult(
         run.run_dir,
         run.state.step,
@@ -224,6 +236,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
         stopped == "signal",
         stopped,
         run.divergence,
+        run.compile_seconds,
     )
 
 
@@ -329,8 +342,10 @@ def _restore(
         task.save_files(run_dir)
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
     autocast = autocast_for(tc.precision, env.device, sharded=sharded)
-    if tc.compile:
-        train_model = torch.compile(train_model)
+    compiling = wants_compile(tc.compile, env.device)
+    loss_fn = training_loss(task, train_model, tc.aux_loss_coef)
+    if compiling:
+        loss_fn = compiled(loss_fn)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None
     return Run(
         cfg=cfg,
@@ -339,10 +354,13 @@ def _restore(
         task=task,
         model=model,
         train_model=train_model,
+        loss_fn=loss_fn,
         optimizer=optimizer,
         batches=batches,
         autocast=autocast,
         state=state,
+        record=StepRecord(env.device, env),
+        compiling=compiling,
         memory=memory,
         log=log,
         seconds=float(state.extra.get("train_seconds", 0.0)),
@@ -379,98 +397,80 @@ def set_learning_rate(run: Run) -> float:
     return lr
 
 
-def compute_gradients(run: Run) -> tuple[float, torch.Tensor, int]:
+def compute_gradients(run: Run) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Forward and backward over `grad_accum` micro-batches, then clip; returns the mean loss
-    (this process), the gradient norm before clipping and the tokens (of all processes)."""
+    (this process) and the gradient norm before clipping, both on the device, and the tokens
+    (of all processes). The model's diagnostics go to `run.record`."""
     tc, env = run.cfg.train, run.env
-    total_loss, tokens = 0.0, 0
-    run.metrics = {}
+    run.record.start_step()
+    loss, tokens = None, 0
     for micro in range(tc.grad_accum):
         batch = next(run.batches).to(env.device)
         last = micro == tc.grad_accum - 1
         # gradients are averaged over processes on the last micro-batch only
         with distributed.micro_batch(run.train_model, env, last), run.autocast:
-            out = run.task.step(run.train_model, batch, run.memory)
-            loss = out.loss + tc.aux_loss_coef * out.aux_loss
-            (loss / tc.grad_accum).backward()
+            micro_loss, out = run.loss_fn(batch, run.memory)
+            (micro_loss / tc.grad_accum).backward()
+        fold_statistics(run.model)  # what a compiled pass kept for after its backward
         run.memory = out.memory
-        total_loss += loss.item() / tc.grad_accum
+        loss = run.record.add_micro_batch(micro_loss, out.metrics, tc.grad_accum)
         tokens += batch.tokens
-        for name, value in out.metrics.items():  # the model's diagnostics, over micro-batches
-            run.metrics[name] = run.metrics.get(name, 0.0) + float(value) / tc.grad_accum
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
     grad_norm = distributed.clip_grad_norm(run.model.parameters(), clip)
-    return total_loss, grad_norm, tokens * env.world_size
+    return loss, grad_norm, tokens * env.world_size
 
 
-def take_step(run: Run, tokens: int) -> None:
-    """The optimizer step on the gradients `compute_gradients` left, and the step's bookkeeping."""
-    run.optimizer.step()
+def take_step(run: Run, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int) -> None:
+    """The optimizer step on the gradients `compute_gradients` left (with
+    `train.stop_on_nonfinite`, a no-op on the device from the first step whose loss or gradient
+    norm is not finite on), and the step's bookkeeping."""
+    run.record.end_step(loss, grad_norm)
+    if run.cfg.train.stop_on_nonfinite:
+        step_unless(run.optimizer, run.record.guard(run.state.step + 1))
+    else:
+        run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.state.step += 1
     run.state.tokens_seen += tokens
     run.state.data_state = run.batches.state_dict()
     run.window["tokens"] += tokens
+    run.unread.append((run.state.step, tokens))
 
 
-def finite_everywhere(loss: float, grad_norm: torch.Tensor, env: distributed.Distributed) -> bool:
-    """Whether every process's loss and the (global) gradient norm are finite."""
-    finite = math.isfinite(loss) and math.isfinite(float(grad_norm))
-    return not any_rank(not finite, env)
+def read_steps(run: Run) -> Read:
+    """Read what the steps since the last read left on the device (one sync)."""
+    read = run.record.read()
+    if read.divergence is None:
+        run.unread.clear()
+        run.last_finite = read.last_finite or run.last_finite
+    return read
 
 
-def diverged(run: Run, loss: float, grad_norm: torch.Tensor) -> Divergence:
-    """What went wrong at the step about to be taken, and what the run keeps."""
-    last_step, last_loss = run.last_finite or (None, None)
+def diverges(run: Run, read: Read) -> bool:
+    """Whether `read` shows a step that was not finite and the run stops for it
+    (`train.stop_on_nonfinite`); then `run.divergence` says where."""
+    if not run.cfg.train.stop_on_nonfinite or read.divergence is None:
+        return False
+    run.divergence = diverged(run, read)
+    return True
+
+
+def diverged(run: Run, read: Read) -> Divergence:
+    """What went wrong at the first step that was not finite, and what the run keeps. The
+    steps after it, up to this read, changed no weight: the run ends where it stood before it."""
+    step, loss, grad_norm = read.divergence
+    run.state.tokens_seen -= sum(tokens for s, tokens in run.unread if s >= step)
+    run.state.step = step - 1
+    last_step, last_loss = read.last_finite or run.last_finite or (None, None)
     checkpoint = latest_checkpoint(run.run_dir)
     return Divergence(
-        step=run.state.step + 1,
+        step=step,
         loss=loss,
-        grad_norm=float(grad_norm),
+        grad_norm=grad_norm,
         last_finite_step=last_step,
         last_finite_loss=last_loss,
         checkpoint_step=read_train_state(checkpoint).step if checkpoint is not None else None,
     )
-
-
-def log_step(run: Run, loss: float, lr: float, grad_norm: torch.Tensor, bar: tqdm) -> None:
-    """Log the loss and the model's diagnostics (averaged over processes), the rate and the
-    throughput every `log_every` steps."""
-    step = run.state.step
-    run.last_finite = (step, loss)
-    if step % run.cfg.train.log_every == 0 or step == 1:
-        mean_loss = distributed.all_reduce_mean(loss, run.env)
-        diagnostics = {
-            f"model.{name}": distributed.all_reduce_mean(value, run.env)
-            for name, value in sorted(run.metrics.items())
-        }
-        now = time.perf_counter()
-        rate = run.window["tokens"] / max(now - run.window["start"], 1e-9)
-        run.window = {"tokens": 0.0, "start": now}
-        share = None if run.others is None else run.others.take()
-        others = {} if share is None else {"others_cpu": share}
-        if run.log is not None:
-            run.log.log(
-                "train",
-                step,
-                loss=mean_loss,
-                lr=lr,
-                grad_norm=float(grad_norm),
-                tokens=run.state.tokens_seen,
-                tokens_per_s=rate,
-                seconds=run.seconds,
-                **others,
-                **diagnostics,
-            )
-        postfix = {"loss": f"{mean_loss:.3f}", "tok_s": f"{rate:,.0f}"}
-        budget = run.cfg.train.time_budget_seconds
-        # the bar counts steps towards max_steps; what a time budget leaves is shown beside
-        # it (re-estimating the total from the pace would make the share jump back and forth)
-        if budget is not None:
-            left = max(0, round(budget - run.seconds))
-            postfix["left"] = f"{left // 60}m{left % 60:02d}s" if left >= 60 else f"{left}s"
-        bar.set_postfix(postfix, refresh=False)
-    bar.update(1)
 
 
 def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResult:
@@ -528,20 +528,6 @@ def finish(run: Run, stopped: str) -> None:
         run.log.close()
     if run.env.is_main:
         say(f"stopped at step {run.state.step}: {stop_reason(run, stopped)} ({run.run_dir})")
-
-
-def progress_bar(run: Run, progress: bool) -> tqdm:
-    """A progress bar over the steps to max_steps (rank 0 only); its total never changes."""
-    return tqdm(
-        file=StderrOrNothing(),
-        total=run.cfg.train.max_steps,
-        initial=run.state.step,
-        disable=not (progress and run.env.is_main),
-        desc="train",
-        unit="step",
-        dynamic_ncols=True,
-        mininterval=1.0,
-    )
 
 
 def any_rank(flag: bool, env: distributed.Distributed) -> bool:

@@ -28,13 +28,13 @@ def test_the_bar_total_stays_and_its_share_never_falls_under_a_time_budget(tmp_p
         },
     )
     seen = []  # (n, total, postfix) after every step
-    log_step = trainer.log_step
+    advance_bar = trainer.advance_bar
 
-    def watch(run, loss, lr, grad_norm, bar):
-        log_step(run, loss, lr, grad_norm, bar)
+    def watch(run, bar, logged):
+        advance_bar(run, bar, logged)
         seen.append((bar.n, bar.total, bar.postfix))
 
-    monkeypatch.setattr(trainer, "log_step", watch)
+    monkeypatch.setattr(trainer, "advance_bar", watch)
     result = trainer.train(cfg, tmp_path / "run", progress=True)
 
     assert result.stopped == "time_budget" and len(seen) == result.step >= 1

@@ -228,7 +228,7 @@ def test_divergence_keeps_the_last_checkpoint_and_says_which(tmp_path, corpus, m
 
     def nan_at_step_5(run):
         loss, grad_norm, tokens = original(run)
-        return (float("nan") if run.state.step == 4 else loss), grad_norm, tokens
+        return (torch.tensor(math.nan) if run.state.step == 4 else loss), grad_norm, tokens
 
     monkeypatch.setattr(trainer, "compute_gradients", nan_at_step_5)
     result = trainer.train(
@@ -247,7 +247,9 @@ def test_a_divergence_right_after_resuming_names_the_last_finite_loss(
     run = tmp_path / "run"
     trainer.train(tiny(corpus, max_steps=4, save_every=4), run, progress=False)
     last = read_metrics(run, "train")[-1]
-    monkeypatch.setattr(trainer, "compute_gradients", lambda run: (math.inf, torch.ones(()), 0))
+    monkeypatch.setattr(
+        trainer, "compute_gradients", lambda run: (torch.tensor(math.inf), torch.ones(()), 0)
+    )
     result = trainer.train(tiny(corpus, max_steps=6, save_every=4), run, resume=True)
     divergence = result.divergence
     assert (divergence.step, divergence.last_finite_step) == (5, 4)

@@ -56,8 +56,7 @@ def one_step(cfg, run_dir):
     try:
         before = [p.detach().clone() for p in run.model.parameters()]
         trainer.set_learning_rate(run)
-        *_, tokens = trainer.compute_gradients(run)
-        trainer.take_step(run, tokens)
+        trainer.take_step(run, *trainer.compute_gradients(run))
         after = [p.detach().clone() for p in run.model.parameters()]
     finally:
         run.lock.release()

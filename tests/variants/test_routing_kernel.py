@@ -9,7 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from formers.kernels.blocks import local_attention
-from formers.kernels.clusters import cluster_attention, cluster_ranks, ranked_attention
+from formers.kernels.clusters import (
+    cluster_attention,
+    cluster_layout,
+    cluster_ranks,
+    max_blocks,
+    ranked_attention,
+)
+from formers.kernels.host_reads import no_host_reads
 
 
 def visible_keys(clusters, key_valid, window, causal, exclude_self, none):
@@ -82,21 +89,23 @@ def random_case(seed, shared=False):
 @pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("exclude_self", [True, False])
-def test_cluster_blocks_equal_the_float64_reference(seed, causal, exclude_self):
+@pytest.mark.parametrize("blocks", ["exact", "static"])
+def test_cluster_blocks_equal_the_float64_reference(seed, causal, exclude_self, blocks):
     q, k, v, clusters, n_clusters, window, key_valid = random_case(seed, shared=exclude_self)
     for x in (q, k, v):
         x.requires_grad_(True)
-    got = cluster_attention(
-        q,
-        k,
-        v,
-        clusters,
-        n_clusters,
-        window,
-        causal=causal,
-        exclude_self=exclude_self,
-        key_valid=key_valid,
-    )
+    with no_host_reads(blocks == "static"):  # static: as many blocks as any clusters could need
+        got = cluster_attention(
+            q,
+            k,
+            v,
+            clusters,
+            n_clusters,
+            window,
+            causal=causal,
+            exclude_self=exclude_self,
+            key_valid=key_valid,
+        )
     want = reference(q, k, v, clusters, window, causal, exclude_self, key_valid, n_clusters)
     torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
     grad = torch.randn_like(got)
@@ -104,6 +113,27 @@ def test_cluster_blocks_equal_the_float64_reference(seed, causal, exclude_self):
     want_grads = torch.autograd.grad(want, (q, v), grad)
     for g, w in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 16, 33])
+@pytest.mark.parametrize("n_clusters", [1, 3, 8])
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_the_static_number_of_blocks_is_what_the_worst_clusters_need(length, n_clusters, window):
+    # worst case: as many clusters as possible hold one member each (a nearly empty block
+    # apiece), the rest share cluster 0
+    worst = torch.zeros(1, 1, length, dtype=torch.long)
+    used = min(n_clusters + 1, length)
+    worst[..., length - used + 1 :] = torch.arange(1, used)
+    exact = cluster_layout(worst, n_clusters, window).block_cluster.shape[-1]
+    assert exact == max_blocks(length, n_clusters, window)
+    with no_host_reads():
+        static = cluster_layout(worst, n_clusters, window)
+    assert static.block_cluster.shape[-1] == exact
+    gen = torch.Generator().manual_seed(length * 100 + n_clusters * 10 + window)
+    for _ in range(20):  # and any other clusters need no more
+        clusters = torch.randint(0, n_clusters + 1, (2, 3, length), generator=gen)
+        needed = cluster_layout(clusters, n_clusters, window).block_cluster.shape[-1]
+        assert needed <= max_blocks(length, n_clusters, window)
 
 
 @pytest.mark.parametrize("seed", range(8))

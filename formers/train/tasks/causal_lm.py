@@ -40,7 +40,9 @@ class StreamBatch:
         return self.inputs.numel()
 
     def to(self, device: torch.device) -> StreamBatch:
-        return StreamBatch(self.inputs.to(device), self.targets.to(device), self.restarted)
+        # non_blocking: the copy is queued, and the host does not wait for the device's queue
+        inputs, targets = (x.to(device, non_blocking=True) for x in (self.inputs, self.targets))
+        return StreamBatch(inputs, targets, self.restarted)
 
 
 class StreamBatches:

@@ -59,7 +59,9 @@ class MaskedBatch:
         return self.inputs.numel()
 
     def to(self, device: torch.device) -> MaskedBatch:
-        return MaskedBatch(self.inputs.to(device), self.targets.to(device))
+        # non_blocking: the copy is queued, and the host does not wait for the device's queue
+        inputs, targets = (x.to(device, non_blocking=True) for x in (self.inputs, self.targets))
+        return MaskedBatch(inputs, targets)
 
 
 class MaskedBatches:

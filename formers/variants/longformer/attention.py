@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from formers.config import ModelConfig
 from formers.errors import InputError
 from formers.kernels.attention import masked_attention
+from formers.kernels.host_reads import host_reads_allowed
 from formers.kernels.record import kept, recording, take
 from formers.kernels.rolling_window import RollingKVCache, rolling_window_attention
 from formers.kernels.sparse import explicit_kernels, sliding_window_attention
@@ -217,8 +218,10 @@ class LongformerAttention(MultiHeadAttention):
         end = offset + length
         if mask.causal:  # positions after the last global token are seen by no global query
             last = max(self.options.global_tokens)  # decoding: those to come too
-            if state is None:
+            if state is None and host_reads_allowed():  # the last one that is not padding
                 last = int(found[0].masked_fill(~found[1], -1).max())
+            elif state is None:  # the last within the text: the keys after it change nothing
+                last = max(p for p in self.options.global_tokens if p < end)
             end = min(end, last + 1)
         k_g = v_g = None
         if end > offset:  # K_g, V_g of this call's positions up to `end`, (B, H, ≤T, K)
@@ -234,7 +237,7 @@ class LongformerAttention(MultiHeadAttention):
         positions, valid = found  # (B, G) absolute positions
         rows = positions - offset  # (B, G) rows of this call
         asks = valid & (rows >= 0) & (rows < length)  # global queries in this call
-        if not bool(asks.any()):
+        if host_reads_allowed() and not bool(asks.any()):  # without reads: rows that ask nothing
             return out
         index = rows.clamp(0, length - 1)  # (B, G)
         x_g = x.gather(1, index[..., None].expand(-1, -1, d))  # (B, G, D)
@@ -275,7 +278,8 @@ class LongformerAttention(MultiHeadAttention):
         static = [p for p in self.options.global_tokens if p < length]
         if not static:
             return None
-        positions = torch.tensor(static, device=device).expand(batch, -1)  # (B, G)
+        # non_blocking: on a GPU the copy is queued, the host does not wait for it
+        positions = torch.tensor(static).to(device, non_blocking=True).expand(batch, -1)  # (B, G)
         valid = torch.ones(positions.shape, dtype=torch.bool, device=device)
         if mask.key_valid is not None:
             valid = mask.key_valid.gather(1, positions)

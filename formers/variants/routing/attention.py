@@ -179,10 +179,12 @@ class RoutingAttention(MultiHeadAttention, Reports):
         counts = counts.scatter_add_(-1, clusters, torch.ones_like(clusters))[..., :-1]  # (B,R,C)
         tokens = counts.sum(-1).clamp(min=1)
         self.metrics = {"largest_cluster": (counts.amax(-1) / tokens).float().mean().detach()}
-        if self.kmeans.ready:
-            distortion = self.kmeans.distortion(x, clusters, valid)
-            self.aux_loss = self.options.commitment * distortion
-            self.metrics["commitment"] = distortion.detach()
+        distortion = self.kmeans.distortion(x, clusters, valid)
+        # no loss before the centroids are fitted (a select: a branch would read the flag back)
+        self.aux_loss = torch.where(
+            self.kmeans.initialised, self.options.commitment * distortion, 0.0
+        )
+        self.metrics["commitment"] = distortion.detach()  # to zero centroids before they start
         if self.training:
             self.kmeans.update_on_backward(x, clusters)
         return clusters

@@ -16,12 +16,17 @@ towards their centroids through the projections; it is reported as the layer's a
 A forward pass routes with the centroids as they are and folds its statistics in when its
 gradient is computed (a hook on the routed vectors): so a forward is a function of its input
 and fixed centroids (causal when the routing is), eval and no-grad passes never move them, and
-the centroids, like the weights, learn from whole batches between steps.
+the centroids, like the weights, learn from whole batches between steps. torch.compile cannot
+trace a hook on an intermediate tensor, so a compiled pass keeps its statistics instead
+(`pending`), and the training step folds them in after backward (`fold_statistics`).
 
 Until the first update every token goes to cluster 0 (blocks of consecutive positions); that
 update initialises the centroids from its batch: C seeds evenly spaced over the valid vectors,
 then `INIT_ITERATIONS` Lloyd iterations (lucidrains routing-transformer#4: routing with
-centroids never fitted to data is garbage).
+centroids never fitted to data is garbage). Nothing here branches on the `initialised` flag in
+Python, which would read it back from the device: both sides are computed and one is selected
+(`torch.where`), with the same values; where reads are free (`host_reads_allowed`) the update
+skips computing an initialisation it would not keep.
 
 Shapes: B batch, H routed heads, T length, K head dim, C clusters, N valid tokens.
 """
@@ -30,6 +35,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+from formers.kernels.host_reads import host_reads_allowed
+from formers.layers.statistics import FoldsStatistics
 
 INIT_ITERATIONS = 10
 
@@ -47,15 +55,39 @@ def nearest_centroid(x: Tensor, centroids: Tensor) -> Tensor:
     return (scores - 0.5 * centroids.pow(2).sum(-1)[:, None, :]).argmax(-1)
 
 
-def lloyd(points: Tensor, centroids: Tensor, iterations: int) -> Tensor:
+def lloyd(points: Tensor, centroids: Tensor, iterations: int, keep: Tensor | None = None) -> Tensor:
     """`iterations` k-means steps on (H, N, K) points from (H, C, K) centroids; a centroid that
-    gets no point stays where it is."""
+    gets no point stays where it is. `keep` (N,) bool leaves the points where it is False out."""
+    n_clusters = centroids.shape[1]
     for _ in range(iterations):
         assigned = nearest_centroid(points[None], centroids)[0]  # (H, N)
-        sums, counts = cluster_sums(points[None], assigned[None], centroids.shape[1])
+        if keep is not None:
+            assigned = assigned.masked_fill(~keep, n_clusters)  # "no cluster": not summed
+        sums, counts = cluster_sums(points[None], assigned[None], n_clusters)
         means = sums / counts.clamp(min=1)[..., None]
         centroids = torch.where(counts[..., None] > 0, means, centroids)
     return centroids
+
+
+def evenly_spaced(count: Tensor, n: int) -> Tensor:
+    """`torch.linspace(0, count - 1, n).round()` as long, for a `count` that is a tensor (reading
+    it back as a number would be a sync): the same float32 arithmetic, from both ends."""
+    if n == 1:
+        return count.new_zeros(1)
+    i = torch.arange(n, device=count.device, dtype=torch.float32)
+    end = (count - 1).to(torch.float32)
+    step = end / (n - 1)
+    return torch.where(i < n // 2, step * i, end - step * (n - 1 - i)).round().long()
+
+
+def initial_centroids(points: Tensor, keep: Tensor, n_clusters: int) -> Tensor:
+    """C seeds evenly spaced over the kept points (H, N, K) (in their order; `keep` (N,) bool),
+    then `INIT_ITERATIONS` Lloyd iterations over them: (H, C, K). Meaningless when no point is
+    kept (the caller keeps its old centroids then)."""
+    seeds = evenly_spaced(keep.sum(), n_clusters)  # (C,) among the kept points
+    kept_before = keep.long().cumsum(0)  # (N,) kept points up to each, inclusive
+    index = torch.searchsorted(kept_before, seeds, right=True).clamp(max=keep.shape[0] - 1)
+    return lloyd(points, points[:, index], INIT_ITERATIONS, keep)
 
 
 def cluster_sums(x: Tensor, clusters: Tensor, n_clusters: int) -> tuple[Tensor, Tensor]:
@@ -73,7 +105,7 @@ def cluster_sums(x: Tensor, clusters: Tensor, n_clusters: int) -> tuple[Tensor, 
     return sums, counts.view(heads, n_clusters + 1)[:, :n_clusters]
 
 
-class OnlineKMeans(nn.Module):
+class OnlineKMeans(nn.Module, FoldsStatistics):
     """Per-head centroids (buffers, saved with the weights) and their exponential moving average.
 
     Args:
@@ -88,20 +120,20 @@ class OnlineKMeans(nn.Module):
         self.n_clusters, self.decay = n_clusters, decay
         self.register_buffer("centroids", torch.zeros(n_heads, n_clusters, dim))
         self.register_buffer("initialised", torch.tensor(False))
+        # a compiled training pass's statistics, until the step folds them in (`fold_statistics`)
+        self.pending: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
 
     @property
     def ready(self) -> bool:
-        """Whether the centroids have been fitted to data (else everything is cluster 0)."""
+        """Whether the centroids have been fitted to data (else everything is cluster 0); reads
+        the flag back from the device."""
         return bool(self.initialised)
 
     def assign(self, x: Tensor, valid: Tensor | None = None) -> Tensor:
         """Cluster ids (B, H, T) of vectors x (B, H, T, K): the nearest centroid, cluster 0 for
         all before initialisation, and `n_clusters` (no cluster) where `valid` (B, T) is False."""
         with torch.no_grad():
-            if self.ready:
-                clusters = nearest_centroid(x, self.centroids)
-            else:
-                clusters = torch.zeros(x.shape[:-1], dtype=torch.long, device=x.device)
+            clusters = torch.where(self.initialised, nearest_centroid(x, self.centroids), 0)
             if valid is not None:
                 clusters = clusters.masked_fill(~valid[:, None], self.n_clusters)
         return clusters
@@ -119,7 +151,8 @@ class OnlineKMeans(nn.Module):
         return (squared * weights).sum() / weights.sum().clamp(min=1)
 
     def update_on_backward(self, x: Tensor, clusters: Tensor) -> None:
-        """Fold this batch into the centroids once its gradient is computed (the training step).
+        """Fold this batch into the centroids once its gradient is computed (the training step);
+        under torch.compile, keep it in `pending` for `fold_statistics` instead.
 
         Args:
             x: (B, H, T, K) the routed vectors, part of the graph being differentiated.
@@ -129,32 +162,42 @@ class OnlineKMeans(nn.Module):
             return
         vectors = x.detach()
         sums, counts = cluster_sums(vectors, clusters, self.n_clusters)
-        points = None
-        if not self.ready:  # keep the valid vectors (every head has the same) to start from
-            keep = clusters[:, 0] < self.n_clusters  # (B, T)
-            points = wide(vectors).transpose(0, 1)[:, keep]  # (H, N, K)
+        keep = clusters[:, 0] < self.n_clusters  # (B, T) the valid tokens (same in every head)
+        batch = (sums, counts, vectors, keep)
+        if torch.compiler.is_compiling():  # a hook on x cannot be traced
+            self.pending = batch
+            return
         done: list[bool] = []
 
         def hook(grad: Tensor) -> None:
             if not done:  # a graph differentiated twice still updates once
                 done.append(True)
-                self.update(sums, counts, points)
+                self.update(*batch)
 
         x.register_hook(hook)
 
+    def fold_statistics(self) -> None:
+        """Fold a compiled pass's `pending` statistics into the centroids (once)."""
+        if self.pending is not None:
+            batch, self.pending = self.pending, None
+            self.update(*batch)
+
     @torch.no_grad()
-    def update(self, sums: Tensor, counts: Tensor, points: Tensor | None = None) -> None:
-        """One moving-average step from a batch's per-cluster sums (H, C, K) and counts (H, C);
-        the first call initialises from `points` (H, N, K) instead."""
-        if not self.ready:
-            if points is None or points.shape[1] == 0:
-                return
-            seeds = torch.linspace(0, points.shape[1] - 1, self.n_clusters, device=points.device)
-            start = points[:, seeds.round().long()]  # (H, C, K)
-            self.centroids.copy_(lloyd(points, start, INIT_ITERATIONS))
-            self.initialised.fill_(True)
-            return
-        means = sums / counts.clamp(min=1)[..., None]
+    def update(self, sums: Tensor, counts: Tensor, vectors: Tensor, keep: Tensor) -> None:
+        """One step from a batch: its per-cluster sums (H, C, K) and counts (H, C) move the
+        centroids by the moving average; the first step with any valid vector initialises them
+        from the batch's vectors (B, H, T, K) where `keep` (B, T) instead."""
         old = wide(self.centroids)
+        means = sums / counts.clamp(min=1)[..., None]
         moved = self.decay * old + (1 - self.decay) * means.to(old.dtype)
-        self.centroids.copy_(torch.where(counts[..., None] > 0, moved, old))
+        moved = torch.where(counts[..., None] > 0, moved, old)
+        keep = keep.flatten()  # (B·T,)
+        started = keep.any()
+        if host_reads_allowed() and self.ready:  # nothing to start: skip the Lloyd iterations
+            first = old
+        else:
+            points = wide(vectors).transpose(0, 1).flatten(1, 2)  # (H, B·T, K)
+            first = initial_centroids(points, keep, self.n_clusters).to(old.dtype)
+            first = torch.where(started, first, old)  # no valid vector: wait for one
+        self.centroids.copy_(torch.where(self.initialised, moved, first))
+        self.initialised.logical_or_(started)

@@ -8,8 +8,9 @@ Dispatch and combine are gathers by an index of N or E·M entries, so no (N, E, 
 product is ever formed.
 
 M is the busiest expert's number of kept tokens, not the capacity bound, so balanced routing
-leaves few empty slots to compute (under `torch.compile` it is the static bound instead, which
-keeps the graph's shapes fixed). Empty slots read token 0 and their outputs are never read.
+leaves few empty slots to compute (where values may not be read back, `host_reads_allowed`: under
+`torch.compile` and in a GPU training step, it is the static bound instead, which keeps the
+shapes fixed). Empty slots read token 0 and their outputs are never read.
 
 Shapes: N tokens, D model width, F expert inner width, E experts, M slots per expert,
 S = E·M slots.
@@ -21,10 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from formers.variants.switch.routing import expert_capacity
+from formers.variants.switch.routing import expert_capacity, one_hot
 
 
 @dataclass
@@ -87,10 +87,11 @@ def assign_slots(expert_N: Tensor, keep_N: Tensor, n_experts: int, bound: int | 
         expert_N: (N,) each token's expert.
         keep_N: (N,) bool, whether its expert takes it.
         n_experts: E.
-        bound: M when given (a static bound on any expert's load, for compiled graphs); None
-            takes M from the busiest expert (one device-to-host read).
+        bound: M when given (a static bound on any expert's load, for compiled graphs and
+            steps without host reads); None takes M from the busiest expert (one
+            device-to-host read).
     """
-    kept_NE = F.one_hot(expert_N, n_experts) * keep_N[:, None]
+    kept_NE = one_hot(expert_N, n_experts) * keep_N[:, None]
     rank_N = (kept_NE.cumsum(0) - kept_NE).gather(1, expert_N[:, None]).squeeze(1)
     load_E = kept_NE.sum(0)
     per_expert = max(1, bound if bound is not None else int(load_E.max()))

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from formers.config import ModelConfig
+from formers.kernels.host_reads import host_reads_allowed
 from formers.layers.cache import LayerState
 from formers.layers.diagnostics import Reports
 from formers.layers.feedforward import ACTIVATION
@@ -47,6 +48,7 @@ from formers.variants.switch.dispatch import Experts, Slots, assign_slots, stati
 from formers.variants.switch.routing import (
     balance,
     expert_capacity,
+    one_hot,
     queue_positions,
     router_logits,
     z_loss,
@@ -132,11 +134,11 @@ class SwitchFeedForward(Reports, nn.Module):
         logits_NE = router_logits(x_ND, self.router, jitter)  # float32
         probs_NE = torch.softmax(logits_NE, dim=-1)
         gate_N, expert_N = probs_NE.max(dim=-1)  # top-1 (§2.1)
-        routed_NE = torch.nn.functional.one_hot(expert_N, n_experts) * valid_N[:, None]
+        routed_NE = one_hot(expert_N, n_experts) * valid_N[:, None]
         keep_N = self.within_capacity(routed_NE, expert_N, valid_BT, state).reshape(-1)
 
         bound = None
-        if torch.compiler.is_compiling() and state is None:
+        if not host_reads_allowed() and state is None:
             factor = options.capacity_factor if self.training else options.eval_capacity_factor
             bound = static_bound(length, batch, factor, n_experts)
         slots = assign_slots(expert_N, keep_N, n_experts, bound)

@@ -42,6 +42,12 @@ def router_logits(x_ND: Tensor, weight_ED: Tensor, jitter: float = 0.0) -> Tenso
         return F.linear(h_ND, weight_ED.to(dtype))  # (N, E)
 
 
+def one_hot(expert_N: Tensor, n_experts: int) -> Tensor:
+    """(N, E) long, 1 at each token's expert: F.one_hot's values without its range check, which
+    reads the ids back on the CPU (these come from an argmax over E and are always in range)."""
+    return (expert_N[:, None] == torch.arange(n_experts, device=expert_N.device)).long()
+
+
 def expert_capacity(tokens: Tensor | int, factor: float, n_experts: int) -> Tensor | int:
     """⌈factor · tokens / n_experts⌉ (Eq. 3), elementwise and exact: the factor is taken as the
     nearest fraction with a denominator up to 10⁴ (1.1 is 11/10), so 1.1 · 80 / 8 is 11, not

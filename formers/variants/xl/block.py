@@ -69,11 +69,13 @@ class XLMemory(LayerState):
             )
         return self.memory.to(x.dtype)
 
-    @torch.no_grad()
     def remember(self, x: Tensor) -> None:
-        """Append the layer's input x (B, T, D) and keep the last mem_len positions."""
-        both = torch.cat([self.past(x), x], dim=1)  # (B, M + T, D)
-        self.memory = both[:, max(0, both.shape[1] - self.mem_len) :].detach()
+        """Append the layer's input x (B, T, D), without its gradient, and keep the last mem_len
+        positions."""
+        # x.detach() rather than a no_grad decorator: torch.compile cannot trace a decorated
+        # method of an object made inside the compiled step
+        both = torch.cat([self.past(x), x.detach()], dim=1)  # (B, M + T, D)
+        self.memory = both[:, max(0, both.shape[1] - self.mem_len) :]
 
 
 class XLBlock(Block):

@@ -1,0 +1,28 @@
+"""Statistics a module learns outside the gradient, from the batches it trains on (routing's
+k-means centroids).
+
+Such a module folds a training pass's statistics in once that pass's gradient is computed, by
+a hook on one of its tensors. torch.compile cannot trace a hook on an intermediate tensor, so a
+compiled pass keeps its statistics on the module instead, and the training step calls
+`fold_statistics(model)` after backward (formers' trainer does, in every mode: after an eager
+pass there is nothing left to fold).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+class FoldsStatistics:
+    """Mixin for modules that learn from statistics rather than gradients."""
+
+    def fold_statistics(self) -> None:
+        """Fold in what a compiled training pass kept (nothing when there is none)."""
+        raise NotImplementedError
+
+
+def fold_statistics(model: nn.Module) -> None:
+    """Fold every module's kept statistics into it; call after backward."""
+    for module in model.modules():
+        if isinstance(module, FoldsStatistics):
+            module.fold_statistics()

@@ -1,0 +1,131 @@
+"""One graph per training step, no host syncs (docs/architecture.md): for every preset, the
+trainer's loss (forward, loss, aux loss; `formers.train.step.training_loss`) traces as one
+graph with `fullgraph=True` and gives eager's loss and gradients, and the eager step of the
+trainer, held as it is on a GPU (`no_host_reads`), reads no value back."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import traceback
+
+import pytest
+import torch
+from helpers import Replay, run_steps, tiny_training_config, two_batches
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import formers
+from formers.errors import ConfigError
+from formers.kernels.host_reads import no_host_reads
+from formers.train import trainer
+from formers.train.config import TrainConfig, run_config
+from formers.train.metrics import read_metrics
+from formers.train.step import training_loss, wants_compile
+from formers.train.tasks import task_for
+
+PRESETS = list(formers.PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_training_step_compiles_as_one_graph_with_eagers_loss_and_gradients(name, tmp_path):
+    torch._dynamo.reset()
+    # one layer keeps tracing short; Switch's experts are in its second (odd) layer
+    task = task_for(tiny_training_config(name, tmp_path, n_layers=2 if name == "switch" else 1))
+    torch.manual_seed(0)
+    eager_model = formers.build(task.cfg.model).train()
+    compiled_model = formers.build(task.cfg.model).train()
+    compiled_model.load_state_dict(eager_model.state_dict())
+    batches = two_batches(task)
+    coef = task.cfg.train.aux_loss_coef
+    want = run_steps(eager_model, training_loss(task, eager_model, coef), batches)
+    loss_fn = training_loss(task, compiled_model, coef)
+    got = run_steps(
+        compiled_model, torch.compile(loss_fn, backend="eager", fullgraph=True), batches
+    )
+    for (loss, grads, buffers), expected in zip(got, want, strict=True):
+        want_loss, want_grads, want_buffers = expected
+        torch.testing.assert_close(loss, want_loss, atol=1e-6, rtol=1e-6)
+        assert grads.keys() == want_grads.keys() and grads
+        for key, grad in grads.items():
+            torch.testing.assert_close(grad, want_grads[key], atol=1e-6, rtol=1e-5, msg=key)
+        for key, buffer in buffers.items():  # routing's centroids, folded in after backward
+            torch.testing.assert_close(buffer, want_buffers[key], atol=1e-6, rtol=1e-5, msg=key)
+
+
+# ops that hand a value to the host: item()/bool()/int()/tolist() (_local_scalar_dense),
+# shapes from values (nonzero, masked_select, unique), torch.equal, and tensors made from
+# Python data inside the step (torch.tensor: on a GPU a copy that waits)
+READS_BACK = {"_local_scalar_dense", "nonzero", "masked_select", "equal", "is_nonzero",
+              "lift_fresh", "lift_fresh_copy", "_unique", "_unique2", "unique_dim",
+              "unique_consecutive", "allclose"}  # fmt: skip
+
+
+class ReadsBack(TorchDispatchMode):
+    """Records every op that would read a value back on the host."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in READS_BACK:
+            ours = [f for f in traceback.extract_stack() if f"formers{os.sep}" in f.filename]
+            where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
+            self.seen.append(f"{func} at {where if ours else '?'}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
+    cfg = tiny_training_config(name, tmp_path, grad_accum=2)
+    run = trainer.start(cfg, tmp_path / "run", False, None)
+    try:
+        batches = [next(run.batches) for _ in range(4)]
+        run.batches = Replay(batches, run.batches.state_dict())
+        with ReadsBack() as reads, no_host_reads():  # as the trainer holds it on a GPU
+            for _ in range(2):  # the second with memory, trained centroids, Adam's moments
+                trainer.take_step(run, *trainer.compute_gradients(run))
+        assert not reads.seen, reads.seen
+        read = trainer.read_steps(run)  # and the numbers are there to read afterwards
+        assert read.divergence is None and read.loss > 0 and read.grad_norm > 0
+    finally:
+        run.lock.release()
+
+
+def test_train_compile_takes_true_false_or_auto_and_auto_means_cuda_only():
+    assert run_config("vanilla", {"train.compile": "auto"}).train.compile == "auto"
+    assert run_config("vanilla", {"train.compile": "true"}).train.compile is True
+    assert not wants_compile("auto", torch.device("cpu"))
+    assert wants_compile("auto", torch.device("cuda")) and wants_compile(True, torch.device("cpu"))
+    assert not wants_compile(False, torch.device("cuda"))
+    assert TrainConfig().compile is False  # off until GPU measurements say where it pays
+    with pytest.raises(ConfigError, match="train.compile='sometimes' must be true, false or auto"):
+        run_config("vanilla", {"train.compile": "sometimes"})
+
+
+def test_a_compiled_run_trains_as_the_eager_run_and_says_what_compiling_cost(
+    tmp_path, monkeypatch, capsys
+):
+    # inductor needs a C++ compiler on the CPU: the graph runs on the eager backend here, the
+    # trainer's path is the same (the compiled loss, one graph, its seconds recorded)
+    compile_, asked = torch.compile, []
+
+    def on_eager_backend(fn, **options):
+        asked.append(options)
+        return compile_(fn, backend="eager", **options)
+
+    monkeypatch.setattr(torch, "compile", on_eager_backend)
+    torch._dynamo.reset()
+    cfg = tiny_training_config("routing", tmp_path, max_steps=4, log_every=2, eval_every=0)
+    eager = trainer.train(cfg, tmp_path / "eager", progress=False)
+    compiled_cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, compile=True))
+    result = trainer.train(compiled_cfg, tmp_path / "compiled", progress=False)
+    assert asked == [{"fullgraph": True}]  # the compiled run's loss, as one graph
+    assert eager.compile_seconds is None and result.compile_seconds > 0
+    want, got = (read_metrics(tmp_path / run, "train") for run in ("eager", "compiled"))
+    assert [r["step"] for r in got] == [1, 2, 4]
+    for a, b in zip(got, want, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert "compile_seconds" in got[1] and "compile_seconds" not in want[1]
+    assert result.valid.loss == pytest.approx(eager.valid.loss, rel=1e-5)
+    assert "train.compile: the first step took" in capsys.readouterr().err
