@@ -19,16 +19,17 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from formers.errors import InputError
-from formers.infer.seq2seq import (
+from formers.infer.defaults import (
     DEFAULT_ALPHA,
+    DEFAULT_BATCH_TOKENS,
     DEFAULT_BEAM,
     DEFAULT_MAX_LEN_B,
+)
+from formers.infer.seq2seq import (
     Hypothesis,
     beam_search,
     greedy_search,
 )
-
-DEFAULT_BATCH_TOKENS = 8192
 
 
 def length_batches(lengths: Sequence[int], rows_cost: int, batch_tokens: int) -> list[list[int]]:
