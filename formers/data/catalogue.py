@@ -77,7 +77,7 @@ CORPORA: dict[str, CorpusSpec] = {
         "WikiText-2 v1, raw UTF-8 bytes", read_wikitext2, "byte", files=WIKITEXT2_FILES
     ),
     "tinyshakespeare": CorpusSpec(
-        "Tiny Shakespeare, 65 chars, nanoGPT 90/10 split (test = valid)",
+        "Tiny Shakespeare, 65 chars, nanoGPT 90/10 split (no test split)",
         read_tinyshakespeare,
         "char",
         char_vocab_from_all=True,

@@ -14,8 +14,7 @@ Conventions (the counts are checked in tests/data against the published figures)
 - ptb-char: every character of the raw files is a token, including each line's leading space;
   the newline character itself is the line-end token (50 symbols). Bits per character here is
   bits per byte, as the files are ASCII.
-- tinyshakespeare: no official test split, so `splits["test"]` is the validation text; report
-  it as validation.
+- tinyshakespeare: no official test split, so only train and valid (nanoGPT's 90/10 split).
 - enwik8, text8: bytes (vocab 256); pass tokenizer="char" for text8's 27 symbols.
 - Any corpus accepts another tokenizer, e.g. load_corpus("wikitext-2", tokenizer="bpe").
 """
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from formers.config import did_you_mean
 from formers.data.benchmarks import RawSplits
 from formers.data.catalogue import CORPORA, PARALLEL_CORPORA
 from formers.data.errors import DataError
@@ -134,8 +134,8 @@ def load_corpus(
         )
     if not path.exists():
         raise DataError(
-            f"unknown corpus {name!r}: it is neither a corpus name ({', '.join(CORPORA)}) nor an "
-            "existing file or folder."
+            f"unknown corpus {name!r}{did_you_mean(name, [*CORPORA, *PARALLEL_CORPORA])}: it is "
+            f"neither a corpus name ({', '.join(CORPORA)}) nor an existing file or folder."
         )
     # A user's own file takes its character set from all of it, as nanoGPT does for Tiny
     # Shakespeare: built on the train split alone, a character only the held-out part has would
