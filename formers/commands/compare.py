@@ -42,7 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "runs/compare-<spec file name>)",
     )
     p.add_argument("--data-dir", help="folder of the named corpora")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (none unless on a terminal)"
+    )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots (no matplotlib needed)")
     p.set_defaults(func=cmd_compare, takes_overrides=True)
 
@@ -95,10 +97,15 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.compare.harness import run_compare
+    from formers.train.console import progress_shown
 
     spec, out = spec_from_args(args, extra)
     result = run_compare(
-        spec, out, data_dir=args.data_dir, progress=not args.no_progress, plots=not args.no_plots
+        spec,
+        out,
+        data_dir=args.data_dir,
+        progress=progress_shown(args.no_progress),
+        plots=not args.no_plots,
     )
     if result.interrupted:
         print(

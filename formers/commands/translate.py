@@ -166,6 +166,7 @@ def _eval_data(run: Any, args: argparse.Namespace) -> tuple[Any, str]:
 def cmd_eval_translation(args: argparse.Namespace) -> int:
     """`formers eval` of an encoder-decoder run: loss, BLEU, chrF, signatures, hypotheses file."""
     from formers.run import load_run
+    from formers.train.console import progress_shown
     from formers.train.precision import autocast_for
     from formers.train.tasks import task_for
 
@@ -180,7 +181,7 @@ def cmd_eval_translation(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         device=args.device,
         autocast=autocast_for(args.precision, args.device),
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=progress_shown(args.no_progress),
         batch_tokens=args.batch_tokens,
         **search,
     )

@@ -122,7 +122,8 @@ def test_interrupted_compare_resumes_where_it_stopped(tmp_path, corpus, capsys, 
 
     monkeypatch.setattr(MetricsLog, "log", ctrl_c_in_primer_at_step_6)
     assert main(args) == 130
-    assert "run the same command again" in capsys.readouterr().err.lower()
+    err = capsys.readouterr().err.lower()
+    assert "run the same command again" in err and "--resume" not in err  # one way, not two
     assert not (out / "report.md").exists()
     vanilla_metrics = out / "runs/vanilla/seed0/metrics.jsonl"
     primer = out / "runs/primer-ez/seed0"
