@@ -17,12 +17,12 @@ from formers.train.metrics import MetricsLog
 from formers.train.pace import Pace, duration
 from formers.train.precision import resolve_precision
 
-TINY = [
+MODEL = [
     *("--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2"),
     *("--model.d_ff", "64", "--train.batch_size", "2", "--train.seq_len", "16"),
-    *("--train.eval_every", "0", "--train.eval_tokens", "200", "--train.log_every", "1"),
-    "--no-progress",
+    *("--train.eval_tokens", "200", "--train.log_every", "1"),
 ]
+TINY = [*MODEL, "--train.eval_every", "0", "--no-progress"]
 
 
 @pytest.fixture
@@ -159,3 +159,19 @@ def test_the_pace_of_a_run_with_a_time_budget_names_where_the_budget_ends_it():
 )
 def test_durations_read_as_a_person_would_say_them(seconds, text):
     assert duration(seconds) == text
+
+
+def test_without_a_terminal_a_run_draws_no_progress_bar_and_says_each_evaluation(
+    tmp_path, corpus, capsys
+):
+    # capsys's stderr is no terminal, as a log file or a pipe is not; no --no-progress given
+    argv = ["train", "--run-dir", tmp_path / "run", "--train.corpus", corpus, *MODEL]
+    argv += ["--train.eval_every", "2", "--train.max_steps", "5"]
+    assert cli.main([str(a) for a in argv]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "train:" not in err  # no bar, no redraws
+    lines = err.splitlines()
+    assert [line.split(":")[0] for line in lines if ": valid loss" in line] == [
+        "step 2",
+        "step 4",
+    ]
