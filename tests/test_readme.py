@@ -48,10 +48,14 @@ def test_readme_quick_commands_run(command):
     assert result.returncode == 0 and result.stdout, result.stderr
 
 
+SLOW_TESTS = "tests/test_slow.py"
+
+
 def test_the_readmes_slow_test_command_finds_tests():
-    # `bash scripts/test.sh -m slow` must run something
+    # `bash scripts/test.sh -m slow` must run something: `-m slow` overrides the default
+    # `-m 'not slow ...'` of pyproject.toml (collected in one file: the whole suite takes a minute)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", SLOW_TESTS],
         capture_output=True,
         text=True,
         cwd=README.parent,
@@ -205,16 +209,32 @@ def run_readme_commands(commands: list[list[str]], tmp_path, monkeypatch, capsys
         torch.set_num_threads(threads)
 
 
+def translates(words: list[str]) -> bool:
+    """Whether a README command trains or uses the Multi30k translation run."""
+    return any("m30k" in word for word in words)
+
+
 def test_readme_command_line_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
     first, *_ = shell_blocks("Command line")
-    run_readme_commands(first, tmp_path, monkeypatch, capsys)
+    run_readme_commands([w for w in first if not translates(w)], tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.slow  # a joint BPE learned on Multi30k's 29,000 pairs, then training and search
+def test_readme_translation_commands_run(tmp_path, monkeypatch, capsys):
+    first, *_ = shell_blocks("Command line")
+    assert sum(map(translates, first)) == 4
+    run_readme_commands([w for w in first if translates(w)], tmp_path, monkeypatch, capsys)
+
+
+# The next two train on real corpora or measure every preset: their commands' parts are tested
+# at a small size by tests/bench and tests/compare in the default suite.
+@pytest.mark.slow
 def test_readme_bench_and_compare_examples_run(tmp_path, monkeypatch, capsys):
     _, *examples = shell_blocks("Command line")
     assert [words[1] for block in examples for words in block] == ["bench"] * 3 + ["compare"]
     run_readme_commands(sum(examples, []), tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.slow
 def test_readme_results_commands_run(tmp_path, monkeypatch, capsys):
     run_readme_commands(sum(shell_blocks("Results"), []), tmp_path, monkeypatch, capsys)
