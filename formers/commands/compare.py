@@ -10,11 +10,12 @@ from pathlib import Path
 from formers.errors import FormersError
 
 DESCRIPTION = """\
-Train each preset once per seed on the same corpus with the same overrides (size, budget:
---train.max_steps, --train.time_budget), then write a report into --out: report.md,
-report.html (self-contained), summary.json and loss plots (PNG). The first preset is the
-baseline. Running the same command again skips finished runs and resumes interrupted ones.
-Shared overrides are dotted flags as for `formers train`: --model.d_model 128 --train.lr 3e-4.
+Train each preset once per seed on the same corpus with the same overrides (size, and a
+budget, which is required: --train.max_steps and/or --train.time_budget), then write a report
+into --out: report.md, report.html (self-contained), summary.json and loss plots (PNG). The
+first preset is the baseline. Running the same command again skips finished runs and resumes
+interrupted ones. Shared overrides are dotted flags as for `formers train`: --model.d_model
+128 --train.lr 3e-4.
 
 --spec FILE reads the comparison from a YAML file instead: arms (a preset, or a name, a
 preset and overrides of its own), shared overrides, corpus, seeds, a budget, contexts
@@ -56,7 +57,7 @@ def default_out(presets: list[str], corpus: str) -> Path:
 
 def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, Path]:
     """The comparison the command line asks for, and its folder."""
-    from formers.compare.spec import CompareSpec
+    from formers.compare.spec import BUDGET_KEYS, CompareSpec
     from formers.compare.spec_file import load_spec_file
     from formers.overrides import parse_overrides
 
@@ -90,6 +91,12 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
             f"{error} (name the presets first: formers compare vanilla primer-ez "
             "--model.d_model 128)"
         ) from None
+    if not set(overrides) & set(BUDGET_KEYS):
+        # as a spec file must: a default of 1,000 steps per run would train for an hour unasked
+        raise FormersError(
+            "no budget: add --train.max_steps N or --train.time_budget 5m (or both: whichever "
+            "comes first), the same for every preset"
+        )
     corpus = args.corpus or DEFAULT_CORPUS
     spec = CompareSpec(tuple(args.presets), corpus, tuple(args.seeds or (0,)), overrides)
     return spec, Path(args.out) if args.out else default_out(args.presets, corpus)
