@@ -238,3 +238,49 @@ def test_readme_bench_and_compare_examples_run(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_readme_results_commands_run(tmp_path, monkeypatch, capsys):
     run_readme_commands(sum(shell_blocks("Results"), []), tmp_path, monkeypatch, capsys)
+
+
+QUICKSTART = README.parent / "scripts" / "quickstart.sh"
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The README's Quickstart commands (its second block; the first runs the script)."""
+    (script,), commands = shell_blocks("Quickstart")
+    assert script == ["bash", "scripts/quickstart.sh"]
+    return commands
+
+
+def test_the_quickstart_script_runs_the_readmes_commands():
+    text = QUICKSTART.read_text().replace("\\\n", " ")
+    lines = [line.split(" > ")[0] for line in text.splitlines() if line.startswith("formers ")]
+    run = re.search(r'^run="(runs/quickstart)-', text, re.M).group(1)
+    words = [shlex.split(line.replace('"$run"', run)) for line in lines]
+    assert words == quickstart_commands()
+
+
+def with_the_source_here(tmp_path: Path) -> None:
+    """The quickstart trains on `formers` (the package's folder, beside the README): the same
+    folder, seen from the test's working directory."""
+    (tmp_path / "formers").symlink_to(README.parent / "formers", target_is_directory=True)
+
+
+def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys):
+    with_the_source_here(tmp_path)
+    run_readme_commands(quickstart_commands(), tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.slow  # the quickstart at its own size: under a minute of training on 2 cores
+def test_the_quickstart_as_written_learns_what_the_readme_says(tmp_path, monkeypatch, capsys):
+    from formers import cli
+    from formers.train.metrics import read_metrics
+
+    with_the_source_here(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    train, generate = quickstart_commands()
+    assert cli.main([*train[1:], "--no-progress"]) == 0
+    final = [r for r in read_metrics(tmp_path / "runs/quickstart", "valid") if r.get("final")]
+    assert final[0]["loss"] < 2.8  # "a valid loss of about 2.5" nats per byte (ln 256 = 5.5)
+    capsys.readouterr()
+    assert cli.main(generate[1:]) == 0
+    sample = capsys.readouterr().out
+    assert "\n    " in sample  # a line break, then indentation

@@ -53,6 +53,8 @@ class Pace:
         if timed < MEASURED_STEPS and elapsed < MEASURED_SECONDS and step < self.tc.max_steps:
             return None
         self.said = True
+        if step >= self.tc.max_steps:  # a run this short is over before it could be estimated
+            return None
         return self.estimate(step, seconds, elapsed / timed, timed)
 
     def estimate(self, step: int, seconds: float, per_step: float, timed: int) -> str:
