@@ -154,9 +154,10 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
             )
     progress = progress_shown(args.no_progress)
     result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init)
-    if result.interrupted and int(os.environ.get("RANK", "0")) == 0:
+    first_rank = int(os.environ.get("RANK", "0")) == 0
+    if result.interrupted and first_rank:  # the one way on: this command, resumed
         say(f"continue it with: formers train --run-dir {shlex.quote(str(run_dir))} --resume")
-    if int(os.environ.get("RANK", "0")) == 0:
+    if first_rank:
         summary = {
             "run_dir": str(result.run_dir),
             "step": result.step,
