@@ -89,3 +89,28 @@ def test_a_lazy_export_is_the_modules_own_object():
     assert RelativeMultiHeadAttention is formers.variants.xl.attention.RelativeMultiHeadAttention
     with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
         formers.nonexistent  # noqa: B018
+
+
+EXPORTING_PACKAGES = (
+    "formers", "formers.data", "formers.infer", "formers.pretrained", "formers.variants.linformer",
+    "formers.variants.longformer", "formers.variants.primer_ez", "formers.variants.routing",
+    "formers.variants.switch", "formers.variants.topk", "formers.variants.xl",
+    "formers.variants.xl_primer",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", EXPORTING_PACKAGES)
+def test_every_export_stays_itself_once_every_submodule_is_imported(name):
+    # importing a submodule sets the package's attribute of its name: an export of the same
+    # name (`formers.infer.translate`, the function, and formers/infer/translate.py) must be
+    # bound after it, not looked up lazily, or it becomes the module
+    import importlib
+    import pkgutil
+    import types
+
+    package = importlib.import_module(name)
+    for sub in pkgutil.iter_modules(package.__path__):
+        if sub.name != "__main__":  # that one runs the command
+            importlib.import_module(f"{name}.{sub.name}")
+    for export in package.__all__:
+        assert not isinstance(getattr(package, export), types.ModuleType), f"{name}.{export}"

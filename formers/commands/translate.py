@@ -17,7 +17,7 @@ from typing import Any
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
-from formers.infer.defaults import (
+from formers.search_defaults import (
     DEFAULT_ALPHA,
     DEFAULT_BATCH_TOKENS,
     DEFAULT_BEAM,

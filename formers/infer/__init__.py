@@ -7,23 +7,8 @@ for token in formers.infer.iter_generate(model, prompt, 100):  # (B,) per step
 texts = formers.infer.translate(run.model, run.tokenizer, ["Ein Hund läuft."])  # beam 4
 """
 
-from typing import TYPE_CHECKING
+from formers.infer.generate import generate, iter_generate
+from formers.infer.sampling import sample_next
+from formers.infer.translate import translate
 
-from formers.lazy import lazy_exports
-
-if TYPE_CHECKING:
-    from formers.infer.generate import generate, iter_generate
-    from formers.infer.sampling import sample_next
-    from formers.infer.translate import translate
-
-# these need torch: they load on first use, so the command line's flags are read without it
-__getattr__ = lazy_exports(
-    __name__,
-    {
-        "generate": "formers.infer.generate",
-        "iter_generate": "formers.infer.generate",
-        "sample_next": "formers.infer.sampling",
-        "translate": "formers.infer.translate",
-    },
-)
 __all__ = ["generate", "iter_generate", "sample_next", "translate"]

@@ -40,8 +40,8 @@ import torch
 from torch import Tensor, nn
 
 from formers.errors import InputError
-from formers.infer.defaults import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B, PENALTIES
 from formers.layers.mask import AttentionMask
+from formers.search_defaults import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B, PENALTIES
 
 
 @dataclass

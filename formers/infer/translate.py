@@ -19,16 +19,16 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from formers.errors import InputError
-from formers.infer.defaults import (
-    DEFAULT_ALPHA,
-    DEFAULT_BATCH_TOKENS,
-    DEFAULT_BEAM,
-    DEFAULT_MAX_LEN_B,
-)
 from formers.infer.seq2seq import (
     Hypothesis,
     beam_search,
     greedy_search,
+)
+from formers.search_defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_BEAM,
+    DEFAULT_MAX_LEN_B,
 )
 
 

@@ -1,5 +1,6 @@
-"""The search's defaults, shared by `formers.infer` and the command line's flags (which are read
-without importing torch)."""
+"""The translation search's defaults, shared by `formers.infer` and the command line's flags.
+
+Outside `formers.infer`, whose package imports torch: the flags are read without it."""
 
 DEFAULT_MAX_LEN_B = 50  # Vaswani et al. §6.1: maximum output length = input length + 50
 # §6.1: beam size 4, length penalty α 0.6
