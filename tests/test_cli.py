@@ -3,31 +3,17 @@ command line's own entry point with its output captured, in this process (a fres
 spends most of its time importing torch; tests/test_readme.py and the closed-stdout test below
 run the command in one)."""
 
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
+from helpers import run_formers_here
 
-from formers import cli
+formers = run_formers_here
 
-
-def formers(*args, check: bool = True) -> subprocess.CompletedProcess:
-    """`formers ARGS`: its exit status and output, as `subprocess.run` reports them."""
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            code = cli.main([str(a) for a in args])
-        except SystemExit as end:  # --help, and argparse's own errors
-            code = end.code
-    result = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
-    if check:
-        assert code == 0, result.stderr[-3000:]
-    return result
 
 TINY = [
     "--model.n_layers",
