@@ -53,7 +53,8 @@ def setup_lines(spec: CompareSpec, out: Path, unit: str | None) -> list[str]:
     seeds = ", ".join(map(str, spec.seeds))
     corpus = spec.corpus + (f" ({UNIT_WORDS.get(unit, unit)})" if unit else "")
     lines = [f"Compared: {arms}; on {corpus}; seed{'s' * (len(spec.seeds) > 1)} {seeds}."]
-    size = f"{m.n_layers} layers, d_model {m.d_model}, {m.n_heads} heads, d_ff {m.d_ff}"
+    layers = f"{m.n_layers} layer{'s' * (m.n_layers != 1)}"
+    size = f"{layers}, d_model {m.d_model}, {m.n_heads} heads, d_ff {m.d_ff}"
     shape = f"batch {t.batch_size} × {t.seq_len} tokens"
     if spec.contexts:
         shape = f"batch {t.batch_size} × train.seq_len ({', '.join(map(str, spec.contexts))})"
@@ -67,7 +68,7 @@ def setup_lines(spec: CompareSpec, out: Path, unit: str | None) -> list[str]:
         f"{t.warmup_steps:,} warmup steps; {budget_words(t.max_steps, t.time_budget)}; "
         f"{precision}."
     )
-    scored = "all of it" if t.eval_tokens is None else f"its first {t.eval_tokens:,} tokens"
+    scored = "all of it" if t.eval_tokens is None else f"at most its first {t.eval_tokens:,} tokens"
     every = f"every {t.eval_every:,} steps on {scored}, and " if t.eval_every else ""
     lines.append(f"Valid loss: scored {every}on the whole valid split at the end.")
     shared = {k: v for k, v in spec.overrides.items()}

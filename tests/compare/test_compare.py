@@ -91,7 +91,7 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
     assert rows["transformer-xl"][11] != "baseline"
     first_screen = report.split("| arm |")[0]
     assert "Compared: vanilla (baseline), transformer-xl; on " in first_screen
-    assert "1 layers, d_model 32, 2 heads, d_ff 64; batch 4 × 16 tokens" in first_screen
+    assert "1 layer, d_model 32, 2 heads, d_ff 64; batch 4 × 16 tokens" in first_screen
     assert "; 12 steps; precision fp32." in first_screen
     assert "| best valid loss (" in report and "| final valid loss (whole split) |" in report
 

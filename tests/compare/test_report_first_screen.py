@@ -37,8 +37,8 @@ def test_the_setup_says_what_was_compared_and_how(tmp_path):
         "2 layers, d_model 64, 8 heads, d_ff 2048; batch 16 × 128 tokens; adamw, lr 0.001, "
         "cosine schedule after 100 warmup steps; 300 steps or 4m of training, whichever comes "
         "first; precision fp32 (train.precision=auto, as the training machine resolved it).",
-        "Valid loss: scored every 100 steps on its first 5,000 tokens, and on the whole valid "
-        "split at the end.",
+        "Valid loss: scored every 100 steps on at most its first 5,000 tokens, and on the whole "
+        "valid split at the end.",
         "Shared overrides: model.n_layers=2, model.d_model=64, train.max_steps=300, "
         "train.time_budget=4m, train.eval_every=100, train.eval_tokens=5000.",
         "Arms' own overrides: window-8: model.attention.window=8.",
