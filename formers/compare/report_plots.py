@@ -15,7 +15,7 @@ from typing import Any
 
 from formers.bench.plots import pyplot, save_figure
 
-FINAL_LABEL = "× final evaluation (whole valid split)"
+FINAL_LABEL = "final evaluation (whole valid split)"
 
 
 def tail_ylim(values: list[float]) -> tuple[float, float] | None:
