@@ -81,8 +81,9 @@ def run_info(run_dir: str | Path) -> dict[str, Any]:
 def describe(info: dict[str, Any]) -> str:
     """The summary as aligned lines for a person."""
     m = info["model"]
+    layers = f"{m['n_layers']} layer{'s' * (m['n_layers'] != 1)}"
     size = (
-        f"{m['arch']}, {m['n_layers']} layers, d_model {m['d_model']}, {m['n_heads']} heads, "
+        f"{m['arch']}, {layers}, d_model {m['d_model']}, {m['n_heads']} heads, "
         f"d_ff {m['d_ff']}, vocab {m['vocab_size']:,}; attention {m['attention']}, "
         f"feed-forward {m['ffn']}"
     )

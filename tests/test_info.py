@@ -52,7 +52,7 @@ def test_info_summarises_the_run_as_its_files_say(run, capsys):
 def test_info_in_words_names_each_part(run, capsys):
     assert cli.main(["info", str(run)]) == 0
     lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
-    assert lines["preset"].startswith("vanilla (decoder, 1 layers, d_model 32, 2 heads, d_ff 64")
+    assert lines["preset"].startswith("vanilla (decoder, 1 layer, d_model 32, 2 heads, d_ff 64")
     assert lines["trained"].startswith("6 of 6 steps, 192 tokens, ")
     assert lines["trained"].endswith("; finished")
     assert lines["precision"] == "fp32"

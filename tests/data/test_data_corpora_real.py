@@ -93,3 +93,29 @@ def test_checksum_mismatch_on_a_real_file(shared: Callable[..., Path], tmp_path:
     assert "checksum mismatch" in msg and str(valid) in msg
     assert EXPECTED_SHA256["ptb/ptb.valid.txt"] in msg
     assert "replace it with the original" in msg
+
+
+def test_eval_of_tiny_shakespeares_test_split_says_it_has_none(
+    shared: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`formers eval RUN --split test` on Tiny Shakespeare: one line naming the splits it has,
+    not the valid split's loss reported as the test split's."""
+    from formers import cli
+
+    shared("tinyshakespeare")
+    run = tmp_path / "run"
+    tiny = [
+        *("--model.n_layers", "1", "--model.d_model", "16", "--model.n_heads", "2"),
+        *("--model.d_ff", "32", "--train.batch_size", "1", "--train.seq_len", "512"),
+        *("--train.max_steps", "1", "--train.eval_tokens", "512", "--train.precision", "fp32"),
+        *("--train.eval_batch_size", "256"),  # the final evaluation: the valid split in one pass
+    ]
+    train = ["train", "--run-dir", str(run), "--train.corpus", "tinyshakespeare", *tiny]
+    assert cli.main([*train, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", str(run), "--split", "test"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "error: tinyshakespeare has no split 'test': use --split train or valid\n"
+    )
