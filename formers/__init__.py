@@ -7,14 +7,32 @@ run = formers.load_run("runs/ts")   # a trained run folder: run.model, run.token
 run = formers.from_pretrained("path/or/hub-id")   # a Hugging Face checkpoint, the same
 """
 
+from typing import TYPE_CHECKING
+
 from formers.config import AttentionConfig, FFNConfig, ModelConfig
 from formers.errors import ConfigError, FormersError, InputError
-from formers.models import ModelOutput, build
+from formers.lazy import lazy_exports
 from formers.presets import PRESETS, config, config_from_dict
-from formers.pretrained import from_pretrained
-from formers.run import LoadedRun, load_run
+
+if TYPE_CHECKING:
+    from formers.models import ModelOutput, build
+    from formers.pretrained import from_pretrained
+    from formers.run import LoadedRun, load_run
 
 __version__ = "0.1.0"
+
+# what builds or loads a model needs torch: it loads on first use, so the commands that only
+# read configs (`formers presets`, `formers config`, `--help`) start without it
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "ModelOutput": "formers.models",
+        "build": "formers.models",
+        "from_pretrained": "formers.pretrained",
+        "LoadedRun": "formers.run",
+        "load_run": "formers.run",
+    },
+)
 
 __all__ = [
     "PRESETS",

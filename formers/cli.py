@@ -1,5 +1,5 @@
-"""The `formers` command: train | eval | generate | translate | average | convert | import
-| export | bench | compare | attention-map | data | presets | config.
+"""The `formers` command: train | eval | info | generate | translate | average | convert
+| import | export | bench | compare | attention-map | data | presets | config.
 
 This module parses the command line and dispatches; each command's arguments and work are in its
 module of `formers.commands`.
@@ -25,6 +25,7 @@ from formers.commands import (
     export,
     generate,
     import_model,
+    info,
     presets,
     train,
     translate,
@@ -37,6 +38,7 @@ from formers.errors import FormersError
 COMMANDS = (
     train,
     evaluate,
+    info,
     generate,
     convert,
     import_model,

@@ -2,8 +2,8 @@
 
 A `ModelConfig` holds the shape of the network plus one small config per pluggable axis
 (attention pattern, feed-forward). Variants subclass `AttentionConfig` or `FFNConfig` next to
-their module and are listed by `kind` in `formers.registry`, so the model config never grows a
-field per variant.
+their module and are listed by `kind` in `formers.config_kinds` (their modules in
+`formers.registry`), so the model config never grows a field per variant.
 
 Per layer and per stack: a kind config's `layers` says which layers of its stack use it (the
 others use its `fallback()`, the vanilla part with the same shared options), and an

@@ -7,13 +7,18 @@ being loaded.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from formers.errors import FormersError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def available_devices() -> list[str]:
     """The devices this machine offers: "cpu", then "cuda:0" … and "mps" when present."""
+    import torch
+
     devices = ["cpu"]
     if torch.cuda.is_available():
         devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
@@ -32,6 +37,8 @@ def resolve_device(name: str, flag: str = "--device", local_rank: int = 0) -> to
         flag: how the user set it, for the error message (e.g. "--train.device").
         local_rank: the GPU "auto" and "cuda" mean under torchrun.
     """
+    import torch  # here, not at the top: a command that reads its flags needs no torch
+
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from formers.config import ModelConfig, did_you_mean
+from formers.config_kinds import attention_config_class, ffn_config_class
 from formers.errors import ConfigError
 from formers.overrides import apply_overrides
-from formers.registry import attention_config_class, ffn_config_class
 from formers.variants.linformer import LinformerConfig
 from formers.variants.longformer import LongformerConfig
 from formers.variants.primer_ez import MDHAConfig

@@ -1,8 +1,9 @@
 """The pluggable parts, by config `kind`: plain dicts, filled in one place, and the one function
 that builds a stack of layers from them.
 
-A variant adds its module here; its config class is the module's `config_class`. An attention
-kind whose layers need a block of their own (Transformer-XL's memory) lists it in BLOCK.
+A variant adds its module here and its config class (the module's `config_class`) to
+`formers.config_kinds`, which reads configs without torch. An attention kind whose layers need a
+block of their own (Transformer-XL's memory) lists it in BLOCK.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import defaultdict
 from torch import nn
 
 from formers.config import AttentionConfig, FFNConfig, ModelConfig, Stack
-from formers.errors import ConfigError
+from formers.config_kinds import lookup
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.block import Block, DecoderBlock
 from formers.layers.cross_attention import CrossAttention
@@ -39,36 +40,15 @@ ATTENTION: dict[str, type[MultiHeadAttention]] = {
 BLOCK: dict[str, type[Block]] = {"xl": XLBlock, "primer_xl": XLBlock}
 FFN: dict[str, type[nn.Module]] = {"dense": FeedForward, "switch": SwitchFeedForward}
 
-ATTENTION_CONFIG: dict[str, type[AttentionConfig]] = {
-    kind: module.config_class for kind, module in ATTENTION.items()
-}
-FFN_CONFIG: dict[str, type[FFNConfig]] = {kind: module.config_class for kind, module in FFN.items()}
-
-
-def _lookup(table: dict, kind: str, what: str) -> type:
-    if kind not in table:
-        raise ConfigError(f"{what}={kind!r} is unknown: choose one of {', '.join(sorted(table))}")
-    return table[kind]
-
-
-def attention_config_class(kind: str) -> type[AttentionConfig]:
-    """The config dataclass of attention `kind`."""
-    return _lookup(ATTENTION_CONFIG, kind, "attention.kind")
-
-
-def ffn_config_class(kind: str) -> type[FFNConfig]:
-    """The config dataclass of feed-forward `kind`."""
-    return _lookup(FFN_CONFIG, kind, "ffn.kind")
-
 
 def build_attention(cfg: ModelConfig, options: AttentionConfig) -> MultiHeadAttention:
     """The attention module of `options.kind`, for a model `cfg`."""
-    return _lookup(ATTENTION, options.kind, "attention.kind").from_config(cfg, options)
+    return lookup(ATTENTION, options.kind, "attention.kind").from_config(cfg, options)
 
 
 def build_ffn(cfg: ModelConfig, options: FFNConfig) -> nn.Module:
     """The feed-forward module of `options.kind`, for a model `cfg`."""
-    return _lookup(FFN, options.kind, "ffn.kind").from_config(cfg, options)
+    return lookup(FFN, options.kind, "ffn.kind").from_config(cfg, options)
 
 
 def build_stack(cfg: ModelConfig, stack: Stack, cross_attention: bool = False) -> nn.ModuleList:

@@ -15,8 +15,8 @@ import typing
 from typing import Any
 
 from formers.config import AttentionConfig, ModelConfig
+from formers.config_kinds import ATTENTION_CONFIG
 from formers.errors import FormersError
-from formers.registry import ATTENTION_CONFIG
 
 
 def _kinds_with(field: str) -> list[type[AttentionConfig]]:

@@ -17,6 +17,9 @@ source "$(dirname "$0")/env.sh"
 # work, spinning threads took ten times as long per step.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 run="runs/demo-$(date +%Y%m%d-%H%M%S)"
+echo "== training: $steps steps of a 4-layer vanilla Transformer on the stdlib's bytes, in $run" \
+  "(its first lines say the precision and, once its first steps are timed, how long training" \
+  "takes here; the evaluations, the test split and the sample come on top) ==" >&2
 formers train --preset vanilla --run-dir "$run" \
   --model.n_layers 4 --model.d_model 256 --model.n_heads 4 --model.d_ff 1024 --model.dropout 0 \
   --train.corpus stdlib --train.batch_size 16 --train.seq_len 128 --train.lr 2e-3 \

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 import torch
 
@@ -101,6 +103,24 @@ def toy_translation_settings(corpus: str) -> dict:
         "train.save_every": 0,
         "train.precision": "fp32",
     }
+
+
+def run_formers_here(*args, check: bool = True) -> subprocess.CompletedProcess:
+    """`formers ARGS` in this process, its exit status and output as `run_formers` reports them:
+    for tests that need no process of their own (no signals, no closed streams), as a fresh one
+    spends seconds importing torch."""
+    from formers import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in args])
+        except SystemExit as end:  # --help, and argparse's own errors
+            code = end.code
+    result = subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    if check:
+        assert code == 0, result.stderr[-3000:]
+    return result
 
 
 def run_formers(*args, check: bool = True, **kwargs) -> subprocess.CompletedProcess:

@@ -136,3 +136,44 @@ def test_a_model_override_on_a_run_is_refused_not_ignored(tmp_path, capsys):
         assert f"{override[0]}: a run's model is the one it trained" in err
         assert "changes a preset's fresh model only" in err
         assert not out.exists()
+
+
+def test_each_panel_has_a_colour_bar_and_labels_one_can_read():
+    pytest.importorskip("matplotlib")
+    from formers.infer.attention_map import preset_model
+
+    model, tokenizer = preset_model("vanilla", {"n_heads": 2})
+    found = record_attention(model, tokenizer, TEXT, 0)
+    figure = command.draw_attention_map(found, "title")
+    panels = [ax for ax in figure.axes if ax.images]
+    assert len(panels) == 2
+    for ax in panels:
+        colorbar = ax.images[0].colorbar
+        assert colorbar is not None and colorbar.ax in figure.axes
+        assert colorbar.ax.get_ylabel() == "attention weight"
+        keys = ax.get_xticklabels()
+        assert [label.get_text() for label in keys] == [c.replace(" ", "␣") for c in TEXT]
+        assert all(label.get_rotation() == 0 for label in keys)  # one character: upright
+        assert min(label.get_fontsize() for label in keys + ax.get_yticklabels()) >= 7
+
+
+def test_routings_local_and_routed_heads_are_named_in_their_panels():
+    pytest.importorskip("matplotlib")
+    from formers.infer.attention_map import preset_model
+
+    model, tokenizer = preset_model("routing", {"n_heads": 4})
+    attn = model.layers[0].attn
+    found = record_attention(model, tokenizer, TEXT, 0)
+    titles = [ax.get_title() for ax in command.draw_attention_map(found, "t").axes if ax.images]
+    local = attn.local_heads
+    assert 0 < local < 4
+    assert titles == [f"head {h}: local window" for h in range(local)] + [
+        f"head {h}: routed: k-means clusters" for h in range(local, 4)
+    ]
+    # a kind whose heads are alike says nothing more
+    vanilla, _ = preset_model("vanilla", {"n_heads": 2})
+    plain = record_attention(vanilla, tokenizer, TEXT, 0)
+    assert [ax.get_title() for ax in command.draw_attention_map(plain, "t").axes if ax.images] == [
+        "head 0",
+        "head 1",
+    ]

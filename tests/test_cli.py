@@ -1,4 +1,7 @@
-"""`formers train → eval → generate → train --resume` end to end, as a user runs them."""
+"""`formers train → eval → generate → train --resume` end to end, as a user runs them: the
+command line's own entry point with its output captured, in this process (a fresh process
+spends most of its time importing torch; tests/test_readme.py and the closed-stdout test below
+run the command in one)."""
 
 import json
 import os
@@ -7,9 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_formers
+from helpers import run_formers_here
 
-formers = run_formers
+formers = run_formers_here
+
 
 TINY = [
     "--model.n_layers",

@@ -48,10 +48,15 @@ def test_readme_quick_commands_run(command):
     assert result.returncode == 0 and result.stdout, result.stderr
 
 
+# a file with a slow test that imports neither torch nor the conftest's (which does)
+SLOW_TESTS = ["tests/test_demo_script.py", "--noconftest"]
+
+
 def test_the_readmes_slow_test_command_finds_tests():
-    # `bash scripts/test.sh -m slow` must run something
+    # `bash scripts/test.sh -m slow` must run something: `-m slow` overrides the default
+    # `-m 'not slow ...'` of pyproject.toml (one file collected: the whole suite takes a minute)
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow"],
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", *SLOW_TESTS],
         capture_output=True,
         text=True,
         cwd=README.parent,
@@ -205,16 +210,78 @@ def run_readme_commands(commands: list[list[str]], tmp_path, monkeypatch, capsys
         torch.set_num_threads(threads)
 
 
+def translates(words: list[str]) -> bool:
+    """Whether a README command trains or uses the Multi30k translation run."""
+    return any("m30k" in word for word in words)
+
+
 def test_readme_command_line_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
     first, *_ = shell_blocks("Command line")
-    run_readme_commands(first, tmp_path, monkeypatch, capsys)
+    run_readme_commands([w for w in first if not translates(w)], tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.slow  # a joint BPE learned on Multi30k's 29,000 pairs, then training and search
+def test_readme_translation_commands_run(tmp_path, monkeypatch, capsys):
+    first, *_ = shell_blocks("Command line")
+    assert sum(map(translates, first)) == 4
+    run_readme_commands([w for w in first if translates(w)], tmp_path, monkeypatch, capsys)
+
+
+# The next two train on real corpora or measure every preset: their commands' parts are tested
+# at a small size by tests/bench and tests/compare in the default suite.
+@pytest.mark.slow
 def test_readme_bench_and_compare_examples_run(tmp_path, monkeypatch, capsys):
     _, *examples = shell_blocks("Command line")
     assert [words[1] for block in examples for words in block] == ["bench"] * 3 + ["compare"]
     run_readme_commands(sum(examples, []), tmp_path, monkeypatch, capsys)
 
 
+@pytest.mark.slow
 def test_readme_results_commands_run(tmp_path, monkeypatch, capsys):
     run_readme_commands(sum(shell_blocks("Results"), []), tmp_path, monkeypatch, capsys)
+
+
+QUICKSTART = README.parent / "scripts" / "quickstart.sh"
+
+
+def quickstart_commands() -> list[list[str]]:
+    """The README's Quickstart commands (its second block; the first runs the script)."""
+    (script,), commands = shell_blocks("Quickstart")
+    assert script == ["bash", "scripts/quickstart.sh"]
+    return commands
+
+
+def test_the_quickstart_script_runs_the_readmes_commands():
+    text = QUICKSTART.read_text().replace("\\\n", " ")
+    lines = [line.split(" > ")[0] for line in text.splitlines() if line.startswith("formers ")]
+    run = re.search(r'^run="(runs/quickstart)-', text, re.M).group(1)
+    words = [shlex.split(line.replace('"$run"', run)) for line in lines]
+    assert words == quickstart_commands()
+
+
+def with_the_source_here(tmp_path: Path) -> None:
+    """The quickstart trains on `formers` (the package's folder, beside the README): the same
+    folder, seen from the test's working directory."""
+    (tmp_path / "formers").symlink_to(README.parent / "formers", target_is_directory=True)
+
+
+def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys):
+    with_the_source_here(tmp_path)
+    run_readme_commands(quickstart_commands(), tmp_path, monkeypatch, capsys)
+
+
+@pytest.mark.slow  # the quickstart at its own size: under a minute of training on 2 cores
+def test_the_quickstart_as_written_learns_what_the_readme_says(tmp_path, monkeypatch, capsys):
+    from formers import cli
+    from formers.train.metrics import read_metrics
+
+    with_the_source_here(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    train, generate = quickstart_commands()
+    assert cli.main([*train[1:], "--no-progress"]) == 0
+    final = [r for r in read_metrics(tmp_path / "runs/quickstart", "valid") if r.get("final")]
+    assert final[0]["loss"] < 2.8  # "a valid loss of about 2.5" nats per byte (ln 256 = 5.5)
+    capsys.readouterr()
+    assert cli.main(generate[1:]) == 0
+    sample = capsys.readouterr().out
+    assert "\n    " in sample  # a line break, then indentation

@@ -335,7 +335,10 @@ def test_load_run_names_fixes_a_python_caller_can_apply(trained, tmp_path):
     assert not any("--" in message for message in messages), messages
 
 
-def test_eval_shows_progress_on_stderr_only(trained, capsys):
+def test_eval_shows_progress_on_stderr_only_and_only_on_a_terminal(trained, capsys, monkeypatch):
+    code, out, err = run_cli(capsys, "eval", trained)  # capsys's stderr is no terminal
+    assert code == 0 and json.loads(out)["tokens"] > 0 and "eval" not in err
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # as a terminal's
     code, out, err = run_cli(capsys, "eval", trained)
     assert code == 0 and json.loads(out)["tokens"] > 0 and "eval" in err
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -134,18 +134,13 @@ def test_average_writes_a_run_that_eval_and_translate_read(trained, capsys):
     assert code == 2 and "fewer than the last 4 asked for" in err
 
 
-def test_translate_reads_stdin_and_keeps_blank_lines(trained):
+def test_translate_reads_stdin_and_keeps_blank_lines(trained, capsys, monkeypatch):
     run, _ = trained
-    text = "ein hund läuft\n\nheute singt eine frau\n"
-    result = subprocess.run(
-        [sys.executable, "-m", "formers", "translate", str(run), "--beam", "2"],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.split("\n")
+    # in this process (a fresh one spends most of its time importing torch)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ein hund läuft\n\nheute singt eine frau\n"))
+    code, out, err = formers(capsys, "translate", run, "--beam", "2")
+    assert code == 0, err[-2000:]
+    lines = out.split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
 
 

@@ -113,9 +113,16 @@ def _label(piece: str) -> str:
     return piece.replace("\n", "⏎").replace(" ", "␣").replace("\t", "⇥") or "∅"
 
 
+# Inches per token along an axis, and the labels' size: a 64-token text gives 64 labels a side,
+# readable at the PNG's 100 dpi.
+INCH_PER_TOKEN = 0.14
+TICK_FONT = 7
+
+
 def draw_attention_map(found: AttentionMap, title: str) -> Figure:
-    """One panel per head (queries down, keys across), and for keys that mix several tokens a
-    second row of panels: the same weights spread over the tokens each key reads."""
+    """One panel per head (queries down, keys across, a colour bar of the weights; heads that do
+    different things titled with their role), and for keys that mix several tokens a second row
+    of panels: the same weights spread over the tokens each key reads."""
     from formers.bench.plots import pyplot
     from formers.infer.attention_map import token_reach
 
@@ -127,34 +134,41 @@ def draw_attention_map(found: AttentionMap, title: str) -> Figure:
     if found.tokens_per_key > 1:
         reach = token_reach(found.weights, found.tokens_per_key)
         panels.append((reach, f"token read through the keys ({found.tokens_per_key} per key)"))
-    size = 1.5 + 0.07 * max(len(found.keys), len(found.queries))
+    size = 2.0 + INCH_PER_TOKEN * max(len(found.keys), len(found.queries))
     height = size * rows * len(panels)
     figure, axes = plt.subplots(
-        rows * len(panels), columns, figsize=(size * columns, height), squeeze=False
+        rows * len(panels), columns, figsize=(1.25 * size * columns, height), squeeze=False
     )
     for p, (weights, axis_name) in enumerate(panels):
         for head in range(heads):
             ax = axes[p * rows + head // columns][head % columns]
-            ax.imshow(weights[head].numpy(), cmap="viridis", vmin=0.0, aspect="auto")
-            ax.set_title(f"head {head}", fontsize=9)
-            ax.set_xlabel(axis_name, fontsize=8)
+            image = ax.imshow(weights[head].numpy(), cmap="viridis", vmin=0.0, aspect="auto")
+            colorbar = figure.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+            colorbar.set_label("attention weight", fontsize=8)
+            colorbar.ax.tick_params(labelsize=TICK_FONT)
+            role = f": {found.head_roles[head]}" if found.head_roles else ""
+            ax.set_title(f"head {head}{role}", fontsize=10)
+            ax.set_xlabel(axis_name, fontsize=9)
             earlier = len(found.keys) - len(found.queries)
             if found.key_axis == "key position" and earlier > 0:
                 # keys before the text read in this call: a memory (or a cache)
                 ax.axvline(earlier - 0.5, color="white", linewidth=0.8)
-                ax.set_xlabel(f"{axis_name} (left of the line: memory)", fontsize=8)
+                ax.set_xlabel(f"{axis_name} (left of the line: memory)", fontsize=9)
             _ticks(ax, found, keys_are_tokens=p > 0 or found.key_axis == "key position")
     for ax in axes.flat[heads * len(panels) :]:
         ax.axis("off")
-    figure.suptitle(title, fontsize=10)
+    figure.suptitle(title, fontsize=11)
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / height))  # half an inch for the title
     return figure
 
 
 def _ticks(ax: Any, found: AttentionMap, keys_are_tokens: bool) -> None:
-    """Token labels on both axes (keys numbered when they are not tokens)."""
-    small = {"fontsize": 5, "fontfamily": "monospace"}
-    ax.set_yticks(range(len(found.queries)), [_label(q) for q in found.queries], **small)
+    """Token labels on both axes (keys numbered when they are not tokens); labels of one or two
+    characters upright, longer ones turned to fit."""
+    font = {"fontsize": TICK_FONT, "fontfamily": "monospace"}
+    queries = [_label(q) for q in found.queries]
+    ax.set_yticks(range(len(queries)), queries, **font)
     keys = [_label(k) for k in found.keys] if keys_are_tokens else found.keys
-    ax.set_xticks(range(len(keys)), keys, rotation=90, **small)
-    ax.set_ylabel("query", fontsize=8)
+    upright = max(map(len, keys), default=0) <= 2
+    ax.set_xticks(range(len(keys)), keys, rotation=0 if upright else 90, **font)
+    ax.set_ylabel("query", fontsize=9)

@@ -10,11 +10,12 @@ from pathlib import Path
 from formers.errors import FormersError
 
 DESCRIPTION = """\
-Train each preset once per seed on the same corpus with the same overrides (size, budget:
---train.max_steps, --train.time_budget), then write a report into --out: report.md,
-report.html (self-contained), summary.json and loss plots (PNG). The first preset is the
-baseline. Running the same command again skips finished runs and resumes interrupted ones.
-Shared overrides are dotted flags as for `formers train`: --model.d_model 128 --train.lr 3e-4.
+Train each preset once per seed on the same corpus with the same overrides (size, and a
+budget, which is required: --train.max_steps and/or --train.time_budget), then write a report
+into --out: report.md, report.html (self-contained), summary.json and loss plots (PNG). The
+first preset is the baseline. Running the same command again skips finished runs and resumes
+interrupted ones. Shared overrides are dotted flags as for `formers train`: --model.d_model
+128 --train.lr 3e-4.
 
 --spec FILE reads the comparison from a YAML file instead: arms (a preset, or a name, a
 preset and overrides of its own), shared overrides, corpus, seeds, a budget, contexts
@@ -49,7 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "runs/compare-<spec file name>)",
     )
     p.add_argument("--data-dir", help="folder of the named corpora")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (none unless on a terminal)"
+    )
     p.add_argument("--no-plots", action="store_true", help="no PNG plots (no matplotlib needed)")
     p.set_defaults(func=cmd_compare, takes_overrides=True)
 
@@ -61,7 +64,7 @@ def default_out(presets: list[str], corpus: str) -> Path:
 
 def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, Path]:
     """The comparison the command line asks for, and its folder."""
-    from formers.compare.spec import CompareSpec
+    from formers.compare.spec import BUDGET_KEYS, CompareSpec
     from formers.compare.spec_file import load_spec_file
     from formers.overrides import parse_overrides
 
@@ -100,6 +103,12 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
         raise FormersError(
             f"--task {args.task} makes its own data: leave --corpus {args.corpus} out"
         )
+    if not set(overrides) & set(BUDGET_KEYS):
+        # as a spec file must: a default of 1,000 steps per run would train for an hour unasked
+        raise FormersError(
+            "no budget: add --train.max_steps N or --train.time_budget 5m (or both: whichever "
+            "comes first), the same for every preset"
+        )
     corpus = args.corpus or DEFAULT_CORPUS
     task = {"kind": args.task} if args.task else {}
     spec = CompareSpec(tuple(args.presets), corpus, tuple(args.seeds or (0,)), overrides, task)
@@ -108,10 +117,15 @@ def spec_from_args(args: argparse.Namespace, extra: list[str]) -> tuple[object, 
 
 def cmd_compare(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.compare.harness import run_compare
+    from formers.train.console import progress_shown
 
     spec, out = spec_from_args(args, extra)
     result = run_compare(
-        spec, out, data_dir=args.data_dir, progress=not args.no_progress, plots=not args.no_plots
+        spec,
+        out,
+        data_dir=args.data_dir,
+        progress=progress_shown(args.no_progress),
+        plots=not args.no_plots,
     )
     if result.interrupted:
         print(

@@ -15,13 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
-    from formers.data import (
-        CORPORA,
-        PARALLEL_CORPORA,
-        fetch,
-        load_corpus,
-        load_translation_corpus,
-    )
+    from formers.data import CORPORA, PARALLEL_CORPORA, fetch
     from formers.data.locate import data_dir
 
     if args.action == "list":
@@ -35,7 +29,11 @@ def cmd_data(args: argparse.Namespace, extra: list[str]) -> int:
         path = fetch(args.name, args.data_dir)
         print(f"{args.name} is ready at {path}")
     elif args.action == "info" and args.name in PARALLEL_CORPORA:
+        from formers.data import load_translation_corpus
+
         print(load_translation_corpus(args.name, args.data_dir))
     elif args.action == "info":
+        from formers.data import load_corpus
+
         print(load_corpus(args.name, args.data_dir))
     return 0

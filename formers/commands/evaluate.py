@@ -58,7 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_translation_eval_flags(p)
     p.add_argument("--data-dir", help="folder of the named corpora")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (none unless on a terminal)"
+    )
     p.set_defaults(func=cmd_eval)
 
 
@@ -76,6 +78,7 @@ def refuse_flags(args: argparse.Namespace, defaults: dict, run_kind: str) -> Non
 def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.run import corpus_of, load_run, read_run_config
     from formers.runtime_flags import runtime_changes, runtime_report
+    from formers.train.console import progress_shown
     from formers.train.tasks import task_for
 
     if is_translation_run(args.run):
@@ -113,7 +116,7 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         seq_len=seq_len,
         batch_size=args.batch_size,
         context_len=args.context_len,
-        progress=not args.no_progress,
+        progress=progress_shown(args.no_progress),
     )
     report = {
         "run": str(run.run_dir),

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "formers import reads it) with their model and tokenizer, and a fresh optimizer and "
         "schedule",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (there is none when stderr is not a terminal: one line per "
+        "evaluation instead)",
+    )
     p.set_defaults(func=cmd_train, takes_overrides=True)
 
 
@@ -120,6 +126,7 @@ def own_tokenizer_corpus(cfg: Any, run_dir: Path) -> Any:
 
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.train.checkpoint import latest_checkpoint
+    from formers.train.console import progress_shown, say
     from formers.train.resume import resumed_config
     from formers.train.trainer import train
 
@@ -145,10 +152,12 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
                 f"{run_dir} already holds a run: continue it with --resume, or pick another "
                 "--run-dir"
             )
-    result = train(
-        cfg, run_dir, resume=args.resume, progress=not args.no_progress, data=data, init=init
-    )
-    if int(os.environ.get("RANK", "0")) == 0:
+    progress = progress_shown(args.no_progress)
+    result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init)
+    first_rank = int(os.environ.get("RANK", "0")) == 0
+    if result.interrupted and first_rank:  # the one way on: this command, resumed
+        say(f"continue it with: formers train --run-dir {shlex.quote(str(run_dir))} --resume")
+    if first_rank:
         summary = {
             "run_dir": str(result.run_dir),
             "step": result.step,

@@ -17,10 +17,14 @@ from typing import Any
 from formers.commands.flags import GivenFlag
 from formers.devices import resolve_device
 from formers.errors import FormersError
-from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B, PENALTIES
-from formers.infer.translate import DEFAULT_BATCH_TOKENS
+from formers.search_defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_BEAM,
+    DEFAULT_MAX_LEN_B,
+    PENALTIES,
+)
 from formers.train.metrics import json_safe
-from formers.train.precision import autocast_for
 
 # `formers eval`'s translation flags and their defaults (given on a language model: an error);
 # the search's are the library's, so `formers.infer.translate` and the command line agree
@@ -162,6 +166,8 @@ def _eval_data(run: Any, args: argparse.Namespace) -> tuple[Any, str]:
 def cmd_eval_translation(args: argparse.Namespace) -> int:
     """`formers eval` of an encoder-decoder run: loss, BLEU, chrF, signatures, hypotheses file."""
     from formers.run import load_run
+    from formers.train.console import progress_shown
+    from formers.train.precision import autocast_for
     from formers.train.tasks import task_for
 
     search = _search(args)
@@ -175,7 +181,7 @@ def cmd_eval_translation(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         device=args.device,
         autocast=autocast_for(args.precision, args.device),
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=progress_shown(args.no_progress),
         batch_tokens=args.batch_tokens,
         **search,
     )
@@ -214,6 +220,7 @@ def cmd_translate(args: argparse.Namespace, extra: list[str]) -> int:
     """Translate the input, one sentence a line, to stdout (blank lines stay blank)."""
     from formers.infer.translate import translate
     from formers.run import load_run, read_run_config
+    from formers.train.precision import autocast_for
 
     search = _search(args)
     arch = read_run_config(args.run).model.arch

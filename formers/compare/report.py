@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from formers.bench.plots import line_plot
 from formers.compare.evaluation import read_result
 from formers.compare.probe_report import probe_plots, probe_summary, probe_tables
 from formers.compare.report_html import Table, html_page
+from formers.compare.report_plots import draw_plots
+from formers.compare.report_setup import setup_lines
 from formers.compare.run_metrics import (
     crossing,
     final_valid,
@@ -99,10 +100,18 @@ def run_summary(out: Path, arm: str, seed: int, context: int | None = None) -> d
 
 
 def reach(run: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any] | None:
-    """When `run` reaches the final loss of `base` (same seed), and at what share of its cost."""
+    """When `run` reaches the final loss of `base` (same seed), and at what share of its cost.
+
+    The baseline's own run is its target by definition (1.00×, marked `baseline`): the first
+    eval of a noisy curve at or below its own last one says nothing about the baseline.
+    """
     if base is None or not base["valid_curve"] or not run["valid_curve"]:
         return None
     end = base["valid_curve"][-1]
+    if run is base:
+        return {"target_loss": end["loss"], "reached": True, "bound": False, "baseline": True,
+                "step": end["step"], "seconds": end["seconds"], "step_fraction": 1.0,
+                "time_fraction": 1.0 if end["seconds"] else None}  # fmt: skip
     hit = crossing(run["valid_curve"], end["loss"])
     if hit is None:
         return {"target_loss": end["loss"], "reached": False}
@@ -141,6 +150,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         row["reach"] = {"reached_seeds": len(reached), "seeds": len(runs)}
         if len(reached) == len(runs):
             row["reach"] |= {"reached": True, "bound": any(r["bound"] for r in reached)}
+            row["reach"]["baseline"] = all(r.get("baseline") for r in reached)
             row["reach"] |= {name: _mean([r[name] for r in reached]) for name in REACH_FIELDS}
         else:
             row["reach"]["reached"] = False
@@ -209,6 +219,8 @@ def _mib(value: float | None) -> str:
 def _reach_cells(r: dict[str, Any] | None) -> list[str]:
     if r is None:
         return ["–", "–"]
+    if r.get("baseline"):
+        return ["baseline", "baseline"]
     if not r["reached"]:
         text = "not reached"
         if r.get("seeds", 1) > 1:
@@ -257,8 +269,11 @@ def table(
     unit: str | None,
     caption: str,
     columns: list[EvalColumn] | None = None,
+    curve_tokens: int | None = None,
 ) -> Table:
-    """Arm rows (per seed, or means over seeds) as formatted cells; `columns`: evaluations."""
+    """Arm rows (per seed, or means over seeds) as formatted cells; `columns`: evaluations;
+    `curve_tokens`: the valid tokens the periodic evaluations scored."""
+    scored = f"{curve_tokens:,} tokens" if curve_tokens else "periodic evals"
     header = [
         "arm",
         "seed",
@@ -267,8 +282,8 @@ def table(
         "peak train MiB",
         "steps",
         "train s",
-        "best valid loss",
-        "final valid loss",
+        f"best valid loss ({scored})",
+        "final valid loss (whole split)",
         f"final {UNIT_BITS.get(unit or '', 'bits/token')}",
         "final ppl",
         "steps to baseline",
@@ -342,11 +357,13 @@ def notes(summary: dict[str, Any]) -> list[str]:
         "(evaluation excluded).",
         memory_note(summary["runs"]),
         f"best valid loss: the lowest of the evals scored on {scored} (the periodic ones, and "
-        "the final one when it scores as many); final: the whole valid split after training; "
-        "losses in nats per token.",
-        f"to baseline: where the valid loss first reaches {summary['baseline']}'s last such "
+        "the final one when it scores as many); final: the whole valid split after training. "
+        "Where the two score different tokens the best can be above the final: compare each "
+        "column across arms. Losses in nats per token.",
+        f"to baseline: where the valid loss first reaches {summary['baseline']}'s last periodic "
         "eval (same seed; linear between evals; ≤: already at the first eval), and the share "
-        f"of {summary['baseline']}'s steps and seconds that took.",
+        f"of {summary['baseline']}'s steps and seconds that took ({summary['baseline']} itself: "
+        "'baseline', 1.00× by definition).",
         *map(evaluation_note, summary["spec"]["evaluate"]),
         *shared_cores_notes(summary["runs"]),
     ]
@@ -421,70 +438,18 @@ def evaluation_note(evaluation: dict[str, Any]) -> str:
     )
 
 
-def tail_ylim(values: list[float]) -> tuple[float, float] | None:
-    """Limits that show where the curves differ: the first evals would flatten the tail."""
-    if len(values) < 10:
-        return None
-    low, high = min(values), sorted(values)[int(0.9 * (len(values) - 1))]
-    return (low - 0.05 * (high - low), high) if high > low else None
-
-
-def draw_plots(summary: dict[str, Any], out: Path) -> list[tuple[str, Path]]:
-    """Valid loss vs step and vs training seconds, train loss vs step: (title, PNG) pairs."""
-    several = len(summary["spec"]["seeds"]) > 1
-    contexts = len(summary["contexts"]) > 1
-    runs = summary["runs"]
-
-    def series(curve: str, x: str) -> dict[str, tuple[list[float], list[float]]]:
-        return {
-            r["arm"]
-            + (f" @{r['context']}" if contexts else "")
-            + (f" seed {r['seed']}" if several else ""): (
-                [p[x] for p in r[curve]],
-                [p["loss"] for p in r[curve]],
-            )
-            for r in runs
-            if r[curve]
-        }
-
-    targets = [r["reach"]["target_loss"] for r in runs if r["reach"]]
-    hline = statistics.fmean(targets) if targets else None
-    plots = [
-        ("valid loss vs step", "valid_loss_vs_step.png", "valid_curve", "step", "step", hline),
-        (
-            "valid loss vs time",
-            "valid_loss_vs_time.png",
-            "valid_curve",
-            "seconds",
-            "train s",
-            hline,
-        ),
-        ("train loss vs step", "train_loss_vs_step.png", "train_curve", "step", "step", None),
-    ]
-    drawn = []
-    for title, name, curve, x, xlabel, line in plots:
-        lines = series(curve, x)
-        if not lines:
-            continue
-        losses = [y for _, ys in lines.values() for y in ys]
-        path = line_plot(
-            lines,
-            out / name,
-            xlabel=xlabel,
-            ylabel=f"{curve.split('_')[0]} loss (nats/token)",
-            title=title,
-            hline=line,
-            ylim=tail_ylim(losses),
-        )
-        drawn.append((title, path))
-    return drawn
-
-
 def markdown(
-    title: str, command: str, tables: list[Table], notes: list[str], images: list[tuple[str, str]]
+    title: str,
+    command: str,
+    tables: list[Table],
+    notes: list[str],
+    images: list[tuple[str, str]],
+    setup: list[str] | None = None,
 ) -> str:
-    """The report as Markdown, images linked by relative path."""
+    """The report as Markdown, images linked by relative path; `setup`: what was compared and
+    how, first."""
     lines = [f"# {title}", "", f"`{command}`", ""]
+    lines += [line for text in setup or [] for line in (text, "")]
     for t in tables:
         lines += [t.caption, "", "| " + " | ".join(t.header) + " |"]
         lines += ["| " + " | ".join("---" for _ in t.header) + " |"]
@@ -507,10 +472,12 @@ def report_tables(summary: dict[str, Any]) -> list[Table]:
         caption = caption[0].upper() + caption[1:]
         if len(seeds) > 1:
             caption += f" Means over seeds {', '.join(map(str, seeds))}."
-        tables.append(table(rows, unit, caption, columns))
+        runs = [r for r in summary["runs"] if r["context"] == context]
+        tokens = {r["curve_eval_tokens"] for r in runs if r["curve_eval_tokens"]}
+        scored = tokens.pop() if len(tokens) == 1 else None
+        tables.append(table(rows, unit, caption, columns, scored))
         if len(seeds) > 1:
-            runs = [r for r in summary["runs"] if r["context"] == context]
-            tables.append(table(runs, unit, f"{at}per seed.".capitalize(), columns))
+            tables.append(table(runs, unit, f"{at}per seed.".capitalize(), columns, scored))
     return tables
 
 
@@ -524,6 +491,7 @@ def write_report(out: str | Path, *, plots: bool = True) -> CompareReport:
     if summary["contexts"]:
         title += f" at contexts {', '.join(map(str, summary['contexts']))}"
     tables = report_tables(summary)
+    setup = setup_lines(load_spec(out), out, summary["unit"])
     images = draw_plots(summary, out) if plots else []
     summary["probe"] = probe_summary(out, summary)  # a probe's accuracy goes first
     if summary["probe"] is not None:
@@ -535,9 +503,12 @@ def write_report(out: str | Path, *, plots: bool = True) -> CompareReport:
         tables,
         notes(summary),
         [(alt, path.name) for alt, path in images],
+        setup,
     )
     files = [out / "summary.json", out / "report.md", out / "report.html"]
     files[0].write_text(json.dumps(summary, indent=2) + "\n")
     files[1].write_text(text)
-    files[2].write_text(html_page(title, summary["command"], tables, notes(summary), images))
+    files[2].write_text(
+        html_page(title, summary["command"], tables, notes(summary), images, setup)
+    )
     return CompareReport(summary, text, files + [path for _, path in images])

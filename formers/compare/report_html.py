@@ -46,14 +46,17 @@ def html_page(
     tables: list[Table],
     notes: list[str],
     images: list[tuple[str, Path]],
+    setup: list[str] | None = None,
 ) -> str:
-    """The whole report page; `images` are (title, PNG path) pairs."""
+    """The whole report page; `images` are (title, PNG path) pairs; `setup`: what was compared
+    and how, first."""
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         f"<p><code>{escape(command)}</code></p>",
+        *(f"<p>{escape(line)}</p>" for line in setup or []),
         *(html_table(t) for t in tables),
         "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>",
         *(

@@ -330,12 +330,7 @@ class CompareSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CompareSpec:
         """A spec from a spec file's keys (or as saved by `to_dict`)."""
-        unknown = sorted(set(data) - {*SPEC_KEYS, "presets", "source"})
-        if unknown:
-            raise ConfigError(
-                f"unknown key {unknown[0]!r}{did_you_mean(unknown[0], SPEC_KEYS)}; the keys "
-                f"of a spec: {', '.join(SPEC_KEYS)}"
-            )
+        check_keys(data)
         overrides = _mapping(data, "overrides") | _budget(data)
         budget = overrides.get(BUDGET_KEYS[1])
         if isinstance(budget, int | float) and not isinstance(budget, bool):
@@ -359,6 +354,16 @@ class CompareSpec:
             context_overrides={c: o for c, o in contexts if o},
             evaluations=tuple(Evaluation.from_dict(e) for e in evaluations),
             source=data.get("source"),
+        )
+
+
+def check_keys(data: Mapping[str, Any]) -> None:
+    """Refuse a key a spec does not have, naming it (`arm:` for `arms:`)."""
+    unknown = sorted(set(data) - {*SPEC_KEYS, "presets", "source"}, key=str)
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r}{did_you_mean(str(unknown[0]), SPEC_KEYS)}; the keys "
+            f"of a spec: {', '.join(SPEC_KEYS)}"
         )
 
 

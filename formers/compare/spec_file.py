@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from formers.compare.spec import BUDGET_KEYS, CompareSpec
+from formers.compare.spec import BUDGET_KEYS, CompareSpec, check_keys
 from formers.errors import ConfigError, FormersError
 from formers.overrides import flatten
 
@@ -56,7 +56,9 @@ def load_spec_file(path: str | Path) -> CompareSpec:
 
 
 def _check_required(data: dict) -> None:
-    """The arms and the budget, which a spec file must give (the command line need not)."""
+    """The arms and the budget, which a spec file must give (as the command line must give a
+    budget); a misspelt key is named before a missing one is blamed."""
+    check_keys(data)
     if not data.get("arms"):
         raise ConfigError(
             "arms is missing or empty: list at least one arm, the baseline first, e.g. "

@@ -14,32 +14,24 @@ Conventions (the counts are checked in tests/data against the published figures)
 - ptb-char: every character of the raw files is a token, including each line's leading space;
   the newline character itself is the line-end token (50 symbols). Bits per character here is
   bits per byte, as the files are ASCII.
-- tinyshakespeare: no official test split, so `splits["test"]` is the validation text; report
-  it as validation.
+- tinyshakespeare: no official test split, so only train and valid (nanoGPT's 90/10 split).
 - enwik8, text8: bytes (vocab 256); pass tokenizer="char" for text8's 27 symbols.
 - Any corpus accepts another tokenizer, e.g. load_corpus("wikitext-2", tokenizer="bpe").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from formers.data.benchmarks import (
-    RawSplits,
-    read_enwik8,
-    read_ptb,
-    read_text8,
-    read_tinyshakespeare,
-    read_wikitext2,
-)
+from formers.config import did_you_mean
+from formers.data.benchmarks import RawSplits
+from formers.data.catalogue import CORPORA, PARALLEL_CORPORA
 from formers.data.errors import DataError
 from formers.data.files import decode_parts
-from formers.data.local import read_path, read_stdlib
-from formers.data.locate import data_dir, search_dirs
+from formers.data.local import read_path
 from formers.data.tokenizers import (
     PRETRAINED_TOKENIZER,
     TOKENIZERS,
@@ -47,7 +39,6 @@ from formers.data.tokenizers import (
     bytes_to_tensor,
     train_tokenizer,
 )
-from formers.data.translation_corpora import PARALLEL_CORPORA
 
 
 @dataclass
@@ -66,86 +57,6 @@ class Corpus:
             f"Corpus({self.name!r}, unit={self.unit!r}, vocab_size={self.tokenizer.vocab_size:,},"
             f" tokens: {sizes})"
         )
-
-
-@dataclass(frozen=True)
-class CorpusSpec:
-    """A named corpus: how to read its raw splits and which tokenizer it uses by default.
-
-    `files` are its files relative to a data folder (a `.gz` of each also counts), `download`
-    says `formers data get` fetches them; no files: always present (the stdlib).
-    """
-
-    description: str
-    read: Callable[[str | Path | None], RawSplits]
-    unit: str
-    char_vocab_from_all: bool = False  # nanoGPT builds Tiny Shakespeare's charset on all text
-    files: tuple[str, ...] = ()
-    download: bool = False
-
-    def present(self, root: str | Path | None = None) -> bool:
-        """Whether its files are in the data folder (or, for a download, in the cache)."""
-        folders = search_dirs(root) if self.download else [data_dir(root)]
-        return all(
-            any((d / f).is_file() or (d / f"{f}.gz").is_file() for d in folders)
-            for f in self.files
-        )
-
-    def how_to_get(self, name: str) -> str:
-        """The command that gets it, or the one that says where to put it."""
-        return f"formers data get {name}" if self.download else f"formers data info {name}"
-
-
-PTB_FILES = tuple(f"ptb/ptb.{split}.txt" for split in ("train", "valid", "test"))
-WIKITEXT2_FILES = tuple(f"wikitext-2/wiki.{s}.tokens.gz" for s in ("train", "valid", "test"))
-
-CORPORA: dict[str, CorpusSpec] = {
-    "ptb": CorpusSpec(
-        "Penn Treebank (Mikolov), words + <eos> per line, vocab 10,000",
-        read_ptb,
-        "word",
-        files=PTB_FILES,
-    ),
-    "ptb-char": CorpusSpec(
-        "Penn Treebank, characters of the raw files ('\\n' is the line-end token)",
-        read_ptb,
-        "char",
-        files=PTB_FILES,
-    ),
-    "wikitext-2": CorpusSpec(
-        "WikiText-2 v1, words + <eos> per line, vocab 33,278",
-        read_wikitext2,
-        "word",
-        files=WIKITEXT2_FILES,
-    ),
-    "wikitext-2-bytes": CorpusSpec(
-        "WikiText-2 v1, raw UTF-8 bytes", read_wikitext2, "byte", files=WIKITEXT2_FILES
-    ),
-    "tinyshakespeare": CorpusSpec(
-        "Tiny Shakespeare, 65 chars, nanoGPT 90/10 split (test = valid)",
-        read_tinyshakespeare,
-        "char",
-        char_vocab_from_all=True,
-        files=("tinyshakespeare/input.txt",),
-    ),
-    "enwik8": CorpusSpec(
-        "enwik8 bytes, 90M/5M/5M (download: formers data get enwik8)",
-        read_enwik8,
-        "byte",
-        files=("enwik8/enwik8",),
-        download=True,
-    ),
-    "text8": CorpusSpec(
-        "text8 bytes, 90M/5M/5M (download: formers data get text8)",
-        read_text8,
-        "byte",
-        files=("text8/text8",),
-        download=True,
-    ),
-    "stdlib": CorpusSpec(
-        "Python standard library source as bytes (offline default)", read_stdlib, "byte"
-    ),
-}
 
 
 def build_corpus(
@@ -223,8 +134,8 @@ def load_corpus(
         )
     if not path.exists():
         raise DataError(
-            f"unknown corpus {name!r}: it is neither a corpus name ({', '.join(CORPORA)}) nor an "
-            "existing file or folder."
+            f"unknown corpus {name!r}{did_you_mean(name, [*CORPORA, *PARALLEL_CORPORA])}: it is "
+            f"neither a corpus name ({', '.join(CORPORA)}) nor an existing file or folder."
         )
     # A user's own file takes its character set from all of it, as nanoGPT does for Tiny
     # Shakespeare: built on the train split alone, a character only the held-out part has would

@@ -10,60 +10,21 @@ validation and test text never shapes the vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
 
+from formers.data.catalogue import PARALLEL_CORPORA
 from formers.data.errors import DataError
 from formers.data.joint_bpe import DEFAULT_JOINT_BPE_VOCAB
-from formers.data.locate import data_dir
 from formers.data.parallel import (
-    MULTI30K_SHA256,
     Pairs,
     ParallelSplits,
-    read_multi30k,
     read_parallel_paths,
 )
 from formers.data.tokenizers import JointBPETokenizer
-
-
-@dataclass(frozen=True)
-class ParallelCorpusSpec:
-    """A named parallel corpus: what it is, how to read its raw splits from a data folder, and
-    its files there (relative paths)."""
-
-    description: str
-    read: Callable[[str | Path | None], ParallelSplits]
-    files: tuple[str, ...] = ()
-
-    def present(self, root: str | Path | None = None) -> bool:
-        """Whether its files are in the data folder."""
-        return all((data_dir(root) / f).is_file() for f in self.files)
-
-    def how_to_get(self, name: str) -> str:
-        """The command that says where its files go."""
-        return f"formers data info {name}"
-
-
-_MULTI30K_SIZES = (
-    "train 29,000 pairs, valid 1,014, test2016 1,000 (+ test2017, mscoco2017, test2018)"
-)
-
-PARALLEL_CORPORA: dict[str, ParallelCorpusSpec] = {
-    "multi30k-de-en": ParallelCorpusSpec(
-        f"Multi30k task 1, German -> English, raw text: {_MULTI30K_SIZES}",
-        partial(read_multi30k, source_lang="de", target_lang="en"),
-        tuple(MULTI30K_SHA256),
-    ),
-    "multi30k-en-de": ParallelCorpusSpec(
-        f"Multi30k task 1, English -> German, raw text: {_MULTI30K_SIZES}",
-        partial(read_multi30k, source_lang="en", target_lang="de"),
-        tuple(MULTI30K_SHA256),
-    ),
-}
 
 
 def read_parallel_corpus(name: str, data_dir: str | Path | None = None) -> ParallelSplits:

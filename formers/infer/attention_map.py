@@ -44,6 +44,7 @@ class AttentionMap:
     keys: list[str]  # the S keys: their tokens, or the kind's own names (`key_axis`)
     key_axis: str  # what the keys are
     tokens_per_key: int  # consecutive input tokens each key mixes (1: its own)
+    head_roles: list[str] | None = None  # what each head does, where a kind's heads differ
 
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -100,6 +101,7 @@ def record_attention(
         keys=keys,
         key_axis=attn.key_axis or "key position",
         tokens_per_key=attn.tokens_per_key,
+        head_roles=attn.head_roles(),
     )
 
 

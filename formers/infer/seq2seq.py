@@ -41,14 +41,7 @@ from torch import Tensor, nn
 
 from formers.errors import InputError
 from formers.layers.mask import AttentionMask
-
-DEFAULT_MAX_LEN_B = 50  # §6.1: maximum output length = input length + 50
-# §6.1: beam size 4, length penalty α 0.6; `formers.infer.translate` and the command line
-# default to them too
-DEFAULT_BEAM = 4
-DEFAULT_ALPHA = 0.6
-# the forms of lp(y): Wu et al.'s, or transformers' |y|^α
-PENALTIES: tuple[str, ...] = ("gnmt", "power")
+from formers.search_defaults import DEFAULT_ALPHA, DEFAULT_BEAM, DEFAULT_MAX_LEN_B, PENALTIES
 
 
 @dataclass

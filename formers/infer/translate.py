@@ -20,15 +20,16 @@ from tqdm import tqdm
 
 from formers.errors import InputError
 from formers.infer.seq2seq import (
-    DEFAULT_ALPHA,
-    DEFAULT_BEAM,
-    DEFAULT_MAX_LEN_B,
     Hypothesis,
     beam_search,
     greedy_search,
 )
-
-DEFAULT_BATCH_TOKENS = 8192
+from formers.search_defaults import (
+    DEFAULT_ALPHA,
+    DEFAULT_BATCH_TOKENS,
+    DEFAULT_BEAM,
+    DEFAULT_MAX_LEN_B,
+)
 
 
 def length_batches(lengths: Sequence[int], rows_cost: int, batch_tokens: int) -> list[list[int]]:

@@ -110,6 +110,11 @@ class MultiHeadAttention(nn.Module, AttentionCost):
         """An empty decoding state for this layer: the keys and values seen so far."""
         return KVCache()
 
+    def head_roles(self) -> list[str] | None:
+        """What each head does, for a recorded attention map, when a kind's heads differ from
+        one another; None: every head is alike."""
+        return None
+
     def forward(
         self,
         x: Tensor,

@@ -20,8 +20,23 @@ registry.py   the families, by the `architectures` (or `model_type`) of config.j
 importer.py   from_pretrained (in memory) and import_pretrained (a run folder)
 """
 
+from typing import TYPE_CHECKING
+
+from formers.lazy import lazy_exports
 from formers.pretrained.errors import PretrainedError
-from formers.pretrained.importer import from_pretrained, import_pretrained
-from formers.pretrained.registry import FAMILIES
+
+if TYPE_CHECKING:
+    from formers.pretrained.importer import from_pretrained, import_pretrained
+    from formers.pretrained.registry import FAMILIES
+
+# these need torch: they load on first use, so `formers --help` starts without it
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "FAMILIES": "formers.pretrained.registry",
+        "from_pretrained": "formers.pretrained.importer",
+        "import_pretrained": "formers.pretrained.importer",
+    },
+)
 
 __all__ = ["FAMILIES", "PretrainedError", "from_pretrained", "import_pretrained"]

@@ -23,7 +23,7 @@ from formers.pretrained.family import HFConfig
 from formers.pretrained.folder import read_config, read_weights
 from formers.pretrained.registry import family_for
 from formers.pretrained.source import locate
-from formers.pretrained.tokenizer import TOKENIZER_FILE, read_tokenizer
+from formers.pretrained.tokenizer import TOKENIZER_FILE, read_tokenizer, tokenizer_source
 from formers.run import LoadedRun
 from formers.train.checkpoint import TrainState, latest_checkpoint, save_checkpoint
 from formers.train.config import RunConfig, TrainConfig
@@ -117,7 +117,30 @@ def _check_shapes(model: torch.nn.Module, weights: dict, folder: Path) -> None:
             )
 
 
+# Text every tokenizer a language model is imported with must turn into tokens: ASCII letters,
+# digits and punctuation, which byte-level BPE, WordPiece (with its [UNK]) and SentencePiece
+# (with its <unk>) all encode. A tokenizer that gives none for it gives none for any text, and
+# `eval` and `generate` would then fail far from the cause ("a split of 0 tokens", "the prompt
+# is empty").
+PROBE_TEXT = "Hello, world: 1 + 2 = 3."
+
+
 def _check_vocabulary(tokenizer: Tokenizer, cfg: ModelConfig, folder: Path) -> None:
+    """Refuse a tokenizer that cannot be this model's: an empty vocabulary, one that turns text
+    into no tokens, or one with more tokens than the model has embeddings (fewer is common:
+    embedding tables are often padded to a multiple of 64)."""
+    source = tokenizer_source(folder)
+    if tokenizer.vocab_size == 0:
+        raise PretrainedError(
+            f"{source} has an empty vocabulary (0 tokens, for a model of vocab_size="
+            f"{cfg.vocab_size}): copy the model's own tokenizer files into {folder}"
+        )
+    if not tokenizer.encode(PROBE_TEXT):
+        raise PretrainedError(
+            f"{source} turns text into no tokens ({PROBE_TEXT!r} gives none, from its "
+            f"{tokenizer.vocab_size} tokens): it is not a tokenizer of this model; copy the "
+            f"model's own tokenizer files into {folder}"
+        )
     if tokenizer.vocab_size > cfg.vocab_size:
         raise PretrainedError(
             f"the tokenizer of {folder} has {tokenizer.vocab_size} tokens, more than the "

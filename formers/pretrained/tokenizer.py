@@ -50,6 +50,16 @@ def read_tokenizer(folder: Path, special_tokens: tuple[str, ...] = ()) -> Tokeni
     )
 
 
+def tokenizer_source(folder: Path) -> str:
+    """The tokenizer file(s) of `folder` that `read_tokenizer` reads, for messages about them."""
+    if (folder / TOKENIZER_FILE).is_file():
+        return str(folder / TOKENIZER_FILE)
+    for names in ((VOCAB_FILE, MERGES_FILE), (WORDPIECE_FILE,), (*SPM_FILES, VOCAB_FILE)):
+        if (folder / names[0]).is_file():
+            return f"{folder / names[0]}" + "".join(f" + {name}" for name in names[1:])
+    return str(folder)
+
+
 def _sentencepiece_pair(folder: Path) -> SentencePiecePairTokenizer:
     """source.spm, target.spm and vocab.json, as transformers' MarianTokenizer reads them."""
     paths = [folder / name for name in (*SPM_FILES, VOCAB_FILE)]

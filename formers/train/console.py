@@ -14,6 +14,18 @@ import os
 import sys
 
 
+def progress_shown(no_progress: bool) -> bool:
+    """Whether a command draws progress bars: not when asked not to (--no-progress), and not
+    when stderr is a file or a pipe (`formers train ... 2> log`), where each redraw would add a
+    line to the log; a run then writes one line per evaluation instead."""
+    if no_progress:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without it, or closed
+        return False
+
+
 def say(message: str) -> None:
     """Print one line on stderr, or nothing if stderr is gone."""
     StderrOrNothing().write(message + "\n")

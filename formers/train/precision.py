@@ -41,3 +41,19 @@ def _cpu_has_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+def precision_note(precision: str, device: torch.device) -> str:
+    """One line: the precision a run computes in, and for "auto" why (on a CPU it decides the
+    speed: without native bf16, AVX-512 BF16 or AMX, a run trains in fp32, and its losses round
+    differently from a bf16 run's)."""
+    chosen = resolve_precision(precision, device)
+    if precision != "auto":
+        return f"precision: {chosen} (train.precision={precision})"
+    if device.type != "cpu":
+        why = f"this {device.type} device {'runs' if chosen == 'bf16' else 'lacks'} bf16"
+    elif chosen == "bf16":
+        why = "this CPU computes bf16 natively"
+    else:
+        why = "this CPU has no native bf16 (AVX-512 BF16 or AMX)"
+    return f"precision: {chosen} (train.precision=auto: {why})"

@@ -25,8 +25,9 @@ from typing import Any
 from formers.errors import FormersError
 from formers.overrides import apply_overrides, flatten
 from formers.presets import override
-from formers.train.checkpoint import latest_checkpoint, load_config
-from formers.train.config import RunConfig, run_config_from_dict
+from formers.train.checkpoint import latest_checkpoint, load_config, read_train_state
+from formers.train.config import RunConfig, TrainConfig, run_config_from_dict
+from formers.train.schedule import lr_at
 
 RESUMABLE = frozenset(
     {
@@ -58,9 +59,13 @@ def refused_changes(saved: RunConfig, wanted: RunConfig) -> list[str]:
     ]
 
 
-def check_resumable(checkpoint: Path, wanted: RunConfig) -> None:
+def check_resumable(checkpoint: Path, wanted: RunConfig) -> str | None:
     """Refuse to continue the run of `checkpoint` with settings it was not trained with (a run
     resumed from Python or by `formers compare`, whose defaults may have changed since).
+
+    Returns:
+        A note to show when the resume makes the run stop earlier than it would have (where in
+        its schedule it stops), else None.
 
     Raises:
         FormersError: naming each difference.
@@ -78,6 +83,7 @@ def check_resumable(checkpoint: Path, wanted: RunConfig) -> None:
             f"{'; '.join(refused)}. Continue it with the settings it was trained with (saved "
             "in its config.json), or train in another folder"
         )
+    return shortened(saved.train, wanted.train, read_train_state(checkpoint).step)
 
 
 def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any]) -> RunConfig:
@@ -131,3 +137,51 @@ def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any])
         # the decay keeps the length the run started with
         train = dataclasses.replace(train, schedule_steps=saved.train.max_steps)
     return dataclasses.replace(wanted, train=train)
+
+
+def nothing_left(tc: TrainConfig, seconds: float) -> str:
+    """Why a resumed run that had already finished trains no further, and the flag that lets it:
+    a time budget counts all of a run's training, its resumed parts included."""
+    budget = tc.time_budget_seconds
+    if budget is not None and seconds >= budget:
+        return (
+            f"already finished earlier: nothing to do. Its time budget, train.time_budget="
+            f"{tc.time_budget}, is the total for the run ({seconds:,.0f} s trained so far), "
+            "resumed parts included: give a larger --train.time_budget (and, past step "
+            f"{tc.max_steps:,}, --train.max_steps) to train on"
+        )
+    return (
+        f"already finished earlier: nothing to do. It has taken its train.max_steps="
+        f"{tc.max_steps:,} steps: give a larger --train.max_steps to train on"
+    )
+
+
+def warmup_left(tc: TrainConfig, step: int) -> str:
+    """What a run that stops during its warmup should know: its rate never reached train.lr
+    (a resumed run given fewer steps, or a max_steps below warmup_steps)."""
+    rate = lr_at(step, tc.schedule, tc.lr, tc.warmup_steps, tc.schedule_steps or tc.max_steps)
+    return (
+        f"; this was during the warmup (step {step:,} of train.warmup_steps={tc.warmup_steps:,}): "
+        f"the learning rate had reached {rate:.3g}, {rate / tc.lr:.0%} of train.lr={tc.lr:g}"
+    )
+
+
+def shortened(saved: TrainConfig, wanted: TrainConfig, step: int) -> str | None:
+    """A note for a resume that lowers max_steps: where in its schedule the run will now stop
+    (None when it does not lower it)."""
+    if wanted.max_steps >= saved.max_steps:
+        return None
+    if wanted.max_steps <= step:
+        return (
+            f"note: the run is at step {step:,} already, train.max_steps={wanted.max_steps:,} "
+            "trains no further (it only evaluates, if it had not yet)"
+        )
+    horizon = wanted.schedule_steps or saved.max_steps
+    where = (
+        f"during its warmup (train.warmup_steps={wanted.warmup_steps:,}), before the learning "
+        f"rate reaches train.lr"
+        if wanted.max_steps < wanted.warmup_steps
+        else f"before its {wanted.schedule} schedule ends (at step {horizon:,}: the schedule "
+        "keeps the length the run started with)"
+    )
+    return f"note: train.max_steps={wanted.max_steps:,} stops the run at that step, {where}"

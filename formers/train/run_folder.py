@@ -17,8 +17,6 @@ import shutil
 import uuid
 from pathlib import Path
 
-from formers.train.checkpoint import latest_checkpoint
-
 # What a run writes into its folder (besides the lock, which `RunLock` looks after).
 RUN_FILES = ("config.json", "tokenizer.json", "special_tokens.json", "metrics.jsonl")
 RUN_FOLDERS = ("checkpoints", "tensorboard")
@@ -48,6 +46,10 @@ def clear_unfinished_run(run_dir: Path) -> list[str]:
     Raises:
         ValueError: `run_dir` holds a complete checkpoint (that run can be continued).
     """
+    # here, not at the top: the checkpoint code needs torch, and `json_safe` (formers.train.
+    # metrics, which imports this module) serves commands that start without it
+    from formers.train.checkpoint import latest_checkpoint
+
     if latest_checkpoint(run_dir) is not None:
         raise ValueError(f"{run_dir} holds a complete checkpoint; it is not cleared")
     removed = remove_unfinished_writes(run_dir)

@@ -44,10 +44,11 @@ from formers.train.cpu_share import OthersShare
 from formers.train.divergence import Divergence
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer, step_unless
-from formers.train.precision import autocast_for
+from formers.train.pace import Pace
+from formers.train.precision import autocast_for, precision_note, resolve_precision
 from formers.train.progress import advance_bar, log_step, progress_bar, time_first_step
 from formers.train.reshard import fresh_seed, keep_streams
-from formers.train.resume import check_resumable
+from formers.train.resume import check_resumable, nothing_left, warmup_left
 from formers.train.run_folder import (
     clear_unfinished_run,
     remove_unfinished_writes,
@@ -181,6 +182,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     bar = progress_bar(run, progress)
     # on a GPU the step reads nothing back; on the CPU a read waits for nothing (host_reads.py)
     on_device = run.env.device.type != "cpu"
+    pace = Pace(tc, run.state.step)  # how long the rest takes, said once from the first steps
     with StopSignal() as stop:
         while not spent and run.state.step < tc.max_steps:
             step_start = time.perf_counter()
@@ -204,6 +206,9 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
                 if step % tc.log_every == 0 or step == 1:
                     logged = log_step(run, read, lr)
             advance_bar(run, bar, logged)
+            estimate = pace.observe(run.state.step, run.seconds) if run.env.is_main else None
+            if estimate is not None:
+                bar.write(estimate, file=StderrOrNothing())
             out_of_time = budget is not None and run.seconds >= budget
             stop_now = any_rank(stop.received is not None or out_of_time, run.env)
             eval_now = bool(tc.eval_every) and step % tc.eval_every == 0 and step < tc.max_steps
@@ -270,7 +275,9 @@ def start(
     task = task_for(cfg, data)  # loads the data: a bad corpus fails before a folder is made
     cfg = task.cfg  # with what the data decides (the vocabulary)
     if checkpoint is not None:
-        check_resumable(checkpoint, cfg)
+        note = check_resumable(checkpoint, cfg)
+        if note is not None and env.is_main:
+            say(note)
     created = not run_dir.exists()
     lock = None
     try:
@@ -337,9 +344,13 @@ def _restore(
         batches.load_state_dict(state.data_state)
         if not loaded.rng_restored:  # a process the saved run did not have
             seed_everything(fresh_seed(tc.seed, env.rank, state.step))
-    if env.is_main:  # the config the run trains with from now on (resumed: with its changes)
-        write_text_atomically(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2) + "\n")
+    if env.is_main:  # the config the run trains with from now on (resumed: with its changes),
+        # and what its "auto" settings chose on this machine
+        chosen = resolve_precision(tc.precision, env.device)
+        saved = {**cfg.to_dict(), "resolved": {"precision": chosen, "device": str(env.device)}}
+        write_text_atomically(run_dir / "config.json", json.dumps(saved, indent=2) + "\n")
         task.save_files(run_dir)
+        say(precision_note(tc.precision, env.device))
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
     autocast = autocast_for(tc.precision, env.device, sharded=sharded)
     compiling = wants_compile(tc.compile, env.device)
@@ -510,15 +521,20 @@ def save(run: Run) -> None:
 STOPPED = {
     "max_steps": "reached max_steps",
     "time_budget": "the time budget ran out",
-    "signal": "interrupted; checkpoint saved, continue it with --resume (resume=True in Python)",
-    "finished": "already finished earlier: nothing to do",
+    # how to continue is the caller's to say: `formers train --resume`, the same compare command
+    "signal": "interrupted; checkpoint saved",
 }
 
 
 def stop_reason(run: Run, stopped: str) -> str:
     """Why the run stopped, in words."""
+    tc = run.cfg.train
     if stopped == "nonfinite" and run.divergence is not None:
         return run.divergence.describe()
+    if stopped == "finished":
+        return nothing_left(tc, run.seconds)
+    if stopped == "max_steps" and run.state.step < tc.warmup_steps:
+        return STOPPED[stopped] + warmup_left(tc, run.state.step)
     return STOPPED[stopped]
 
 

@@ -87,7 +87,13 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
         assert mib * 2**20 > 12 * params  # fp32 weights and AdamW's two moments, at least
         best, final, bits, ppl = (float(c.replace(",", "")) for c in cells[7:11])
         assert 0 < best <= final + 1e-9 and bits > 0 and ppl > 1
-    assert rows["vanilla"][11] != "–"  # the baseline reaches its own final loss
+    assert rows["vanilla"][11:13] == ["baseline", "baseline"]  # 1.00× of itself, by definition
+    assert rows["transformer-xl"][11] != "baseline"
+    first_screen = report.split("| arm |")[0]
+    assert "Compared: vanilla (baseline), transformer-xl; on " in first_screen
+    assert "1 layer, d_model 32, 2 heads, d_ff 64; batch 4 × 16 tokens" in first_screen
+    assert "; 12 steps; precision fp32." in first_screen
+    assert "| best valid loss (" in report and "| final valid loss (whole split) |" in report
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["baseline"] == "vanilla" and summary["unit"] == "byte"
@@ -96,7 +102,7 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
         assert run["complete"] and run["steps"] == 12
         assert [p["step"] for p in run["valid_curve"]] == [4, 8, 12]
         assert run["final_valid_loss"] == pytest.approx(run["valid_curve"][-1]["loss"])
-    assert summary["runs"][0]["reach"]["reached"]
+    assert summary["runs"][0]["reach"]["reached"] and summary["runs"][0]["reach"]["baseline"]
     for row in summary["rows"]:  # over the split's bytes, not its targets (one fewer)
         assert rows[row["arm"]][9] == f"{row['final_bits_per_byte']:.4f}"
     assert summary["runs"][1]["params"] != summary["runs"][0]["params"]
@@ -122,7 +128,8 @@ def test_interrupted_compare_resumes_where_it_stopped(tmp_path, corpus, capsys, 
 
     monkeypatch.setattr(MetricsLog, "log", ctrl_c_in_primer_at_step_6)
     assert main(args) == 130
-    assert "run the same command again" in capsys.readouterr().err.lower()
+    err = capsys.readouterr().err.lower()
+    assert "run the same command again" in err and "--resume" not in err  # one way, not two
     assert not (out / "report.md").exists()
     vanilla_metrics = out / "runs/vanilla/seed0/metrics.jsonl"
     primer = out / "runs/primer-ez/seed0"

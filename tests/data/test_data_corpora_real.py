@@ -17,7 +17,7 @@ PUBLISHED = {
     "ptb": ("ptb", 929_589, 73_760, 82_430, 10_000),
     "wikitext-2": ("wikitext-2", 2_088_628, 217_646, 245_569, 33_278),
     "wikitext-2-bytes": ("wikitext-2", 10_797_148, 1_121_681, 1_256_449, 256),
-    "tinyshakespeare": ("tinyshakespeare", 1_003_854, 111_540, 111_540, 65),
+    "tinyshakespeare": ("tinyshakespeare", 1_003_854, 111_540, None, 65),  # no test split
     # Characters of the raw files, '\n' included: the file sizes (the text is ASCII).
     "ptb-char": ("ptb", 5_101_618, 399_782, 449_945, 50),
 }
@@ -28,7 +28,9 @@ def test_published_counts(name: str, shared: Callable[..., Path]) -> None:
     folder, *counts, vocab = PUBLISHED[name]
     shared(folder)
     corpus = load_corpus(name)
-    assert [len(corpus.splits[s]) for s in ("train", "valid", "test")] == counts
+    splits = ("train", "valid", "test")
+    sizes = [len(corpus.splits[s]) if s in corpus.splits else None for s in splits]
+    assert sizes == counts
     assert corpus.tokenizer.vocab_size == vocab
     assert corpus.unit == corpus.tokenizer.unit
     for ids in corpus.splits.values():
@@ -62,7 +64,7 @@ def test_word_corpora_follow_the_convention(shared: Callable[..., Path]) -> None
 def test_char_corpora(shared: Callable[..., Path]) -> None:
     shared_dir = shared("tinyshakespeare", "ptb")
     shakespeare = load_corpus("tinyshakespeare")
-    assert torch.equal(shakespeare.splits["test"], shakespeare.splits["valid"])
+    assert shakespeare.splits.keys() == {"train", "valid"}  # no test split upstream
     text = (shared_dir / "tinyshakespeare" / "input.txt").read_text()
     assert shakespeare.tokenizer.decode(shakespeare.splits["valid"]) == text[1_003_854:]
     ptb_char = load_corpus("ptb-char")
@@ -91,3 +93,29 @@ def test_checksum_mismatch_on_a_real_file(shared: Callable[..., Path], tmp_path:
     assert "checksum mismatch" in msg and str(valid) in msg
     assert EXPECTED_SHA256["ptb/ptb.valid.txt"] in msg
     assert "replace it with the original" in msg
+
+
+def test_eval_of_tiny_shakespeares_test_split_says_it_has_none(
+    shared: Callable[..., Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`formers eval RUN --split test` on Tiny Shakespeare: one line naming the splits it has,
+    not the valid split's loss reported as the test split's."""
+    from formers import cli
+
+    shared("tinyshakespeare")
+    run = tmp_path / "run"
+    tiny = [
+        *("--model.n_layers", "1", "--model.d_model", "16", "--model.n_heads", "2"),
+        *("--model.d_ff", "32", "--train.batch_size", "1", "--train.seq_len", "512"),
+        *("--train.max_steps", "1", "--train.eval_tokens", "512", "--train.precision", "fp32"),
+        *("--train.eval_batch_size", "256"),  # the final evaluation: the valid split in one pass
+    ]
+    train = ["train", "--run-dir", str(run), "--train.corpus", "tinyshakespeare", *tiny]
+    assert cli.main([*train, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli.main(["eval", str(run), "--split", "test"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "error: tinyshakespeare has no split 'test': use --split train or valid\n"
+    )

@@ -68,6 +68,14 @@ def test_missing_download_says_how_to_get_it(tmp_path: Path) -> None:
 def test_unknown_name() -> None:
     msg = error_of("no-such-corpus-xyz")
     assert "unknown corpus 'no-such-corpus-xyz'" in msg and "ptb" in msg and "stdlib" in msg
+    assert "did you mean" not in msg
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("tinyshakespear", "tinyshakespeare"), ("wikitext2", "wikitext-2")]
+)
+def test_a_misspelt_corpus_name_gets_the_closest_name(typo: str, meant: str) -> None:
+    assert f"unknown corpus {typo!r} (did you mean {meant!r}?)" in error_of(typo)
 
 
 def test_non_utf8_word_corpus_names_file_and_offset(tmp_path: Path) -> None:

@@ -59,6 +59,12 @@ def de_en() -> ParallelSplits:
     return read_multi30k(None, "de", "en")
 
 
+# Learning the joint BPE of the 29,000 real pairs takes half a minute on a 2-core CPU (twice
+# for the train-only test): slow. tests/data/test_translation_corpora.py learns one on a small
+# text in the default suite.
+slow_bpe = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def corpus(de_en: ParallelSplits) -> TranslationCorpus:
     return load_translation_corpus("multi30k-de-en")
@@ -95,6 +101,7 @@ def test_sentences_equal_an_independent_reading_of_the_files(de_en: ParallelSpli
                 assert side == f.read().splitlines(), path
 
 
+@slow_bpe
 def test_bpe_round_trips_every_valid_and_test_sentence(corpus: TranslationCorpus) -> None:
     tok = corpus.tokenizer
     assert tok.vocab_size == 8_000 and tok.unit == "bpe-joint"
@@ -106,6 +113,7 @@ def test_bpe_round_trips_every_valid_and_test_sentence(corpus: TranslationCorpus
                 assert int(sentence_ids.min()) >= 4  # no special token, <unk> included
 
 
+@slow_bpe
 def test_saved_tokenizer_encodes_the_same(corpus: TranslationCorpus) -> None:
     again = tokenizer_from_dict(json.loads(json.dumps(corpus.tokenizer.to_dict())))
     assert isinstance(again, JointBPETokenizer)
@@ -113,6 +121,7 @@ def test_saved_tokenizer_encodes_the_same(corpus: TranslationCorpus) -> None:
     assert again.encode_batch(german) == [ids.tolist() for ids in corpus.splits["valid"][0]]
 
 
+@slow_bpe
 def test_bpe_is_learned_from_train_only(corpus: TranslationCorpus) -> None:
     raw = corpus.raw
     other_valid = (
@@ -125,6 +134,7 @@ def test_bpe_is_learned_from_train_only(corpus: TranslationCorpus) -> None:
     assert again.tokenizer.decode(again.splits["valid"][1][0]) == other_valid[1][0]
 
 
+@slow_bpe
 def test_batching_the_train_split(corpus: TranslationCorpus) -> None:
     tok = corpus.tokenizer
     source, target = corpus.splits["train"]

@@ -12,7 +12,7 @@ import torch
 from helpers import random_tokens, tiny_config
 
 import formers
-from formers import registry
+from formers import config_kinds, registry
 from formers.config import FFNConfig
 from formers.layers.attention import MultiHeadAttention
 from formers.layers.cross_attention import CrossAttention
@@ -96,7 +96,7 @@ class ProbeFFN(FeedForward, Reports):
 @pytest.fixture
 def probe(monkeypatch):
     monkeypatch.setitem(registry.FFN, "probe", ProbeFFN)
-    monkeypatch.setitem(registry.FFN_CONFIG, "probe", ProbeConfig)
+    monkeypatch.setitem(config_kinds.FFN_CONFIG, "probe", ProbeConfig)
 
 
 def test_the_feed_forward_network_receives_the_padding_mask(probe):

@@ -22,7 +22,14 @@ def batch_for(cfg):
     return (inputs,), targets
 
 
-@pytest.mark.parametrize("name", sorted(formers.PRESETS))
+# a few seconds of training each: vanilla in the default suite, the others slow (STYLE.md §3.8)
+@pytest.mark.parametrize(
+    "name",
+    [
+        name if name == "vanilla" else pytest.param(name, marks=pytest.mark.slow)
+        for name in sorted(formers.PRESETS)
+    ],
+)
 def test_tiny_preset_overfits_one_batch(name):
     torch.manual_seed(0)
     cfg = tiny_config(name)

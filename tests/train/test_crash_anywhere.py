@@ -20,6 +20,11 @@ from formers.train.config import run_config_from_dict
 from formers.train.metrics import read_metrics
 from formers.train.optim import make_optimizer
 
+# Dozens of killed and resumed training processes: over ten minutes on a 2-core CPU, so slow
+# (`bash scripts/test.sh -m slow`); test_run_folder.py and tests/train/test_checkpoint*.py cover
+# interrupted saves and resumes in the default suite.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("crash_worker.py")
 KEEP = 2
 FLAGS = [

@@ -33,6 +33,11 @@ from formers.train.checkpoint.rng import seed_everything
 from formers.train.config import run_config, with_vocab
 from formers.train.metrics import read_metrics
 
+# Two processes per test, each importing torch and training: minutes in all on a 2-core CPU, so
+# slow (`bash scripts/test.sh -m slow`). The default suite keeps FSDP in one process
+# (test_sharded.py) and one two-process DDP step (test_ddp.py).
+pytestmark = pytest.mark.slow
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 TEARDOWN_WORKER = Path(__file__).with_name("teardown_worker.py")

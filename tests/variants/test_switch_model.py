@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from helpers import random_tokens, tiny_config
+from helpers import random_tokens, run_formers_here, tiny_config
 
 import formers
 from formers.infer import generate
@@ -198,7 +196,6 @@ def test_bf16_autocast_training_logs_the_layers_diagnostics(tmp_path, corpus_fil
 
 def test_formers_eval_reports_the_diagnostics(tmp_path, corpus_file):
     run = tmp_path / "run"
-    common = [sys.executable, "-m", "formers"]
     args = ["--preset", "switch", "--run-dir", run, "--train.corpus", corpus_file]
     for key, value in (
         ("model.n_layers", 2), ("model.d_model", 32), ("model.n_heads", 2), ("model.d_ff", 64),
@@ -206,12 +203,8 @@ def test_formers_eval_reports_the_diagnostics(tmp_path, corpus_file):
         ("train.eval_every", 0), ("train.precision", "fp32"),
     ):  # fmt: skip
         args += [f"--{key}", value]
-    trained = subprocess.run([*common, "train", *map(str, args), "--no-progress"],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert trained.returncode == 0, trained.stderr[-2000:]
-    evaluated = subprocess.run([*common, "eval", str(run), "--max-tokens", "300"],
-                               capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    run_formers_here("train", *args, "--no-progress")  # in this process: no torch import to wait
+    evaluated = run_formers_here("eval", run, "--max-tokens", "300")
     metrics = json.loads(evaluated.stdout)["metrics"]
     assert 0 <= metrics["layers.1.ffn.dropped"] < 1 and metrics["layers.1.ffn.balance"] >= 1.0
 

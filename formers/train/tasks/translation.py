@@ -43,9 +43,9 @@ from formers.data.translation_batching import (
     eval_translation_batches,
 )
 from formers.data.translation_corpora import TranslationCorpus, load_translation_corpus
-from formers.infer.seq2seq import DEFAULT_ALPHA, DEFAULT_MAX_LEN_B
 from formers.infer.translate import translate_ids
 from formers.layers.output import token_loss
+from formers.search_defaults import DEFAULT_ALPHA, DEFAULT_MAX_LEN_B
 from formers.train.config import RunConfig, with_data_fields
 from formers.train.run_folder import write_text_atomically
 from formers.train.tasks.base import StepOutput, Task

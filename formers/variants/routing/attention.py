@@ -112,6 +112,11 @@ class RoutingAttention(MultiHeadAttention, Reports):
         """Keys, values, clusters and ranks so far."""
         return RoutingCache()
 
+    def head_roles(self) -> list[str]:
+        """The local heads first (a window of positions), then the routed ones (clusters)."""
+        routed = self.n_heads - self.local_heads
+        return ["local window"] * self.local_heads + ["routed: k-means clusters"] * routed
+
     def project(
         self,
         x: Tensor,

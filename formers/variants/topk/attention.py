@@ -30,33 +30,16 @@ Shapes: B batch, H heads, T query length, S key length, k kept keys per query.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
-from formers.config import AttentionConfig, ModelConfig, positive
+from formers.config import ModelConfig
 from formers.kernels.attention import mask_scores
 from formers.kernels.sparse import threshold_attention
 from formers.layers.attention import MultiHeadAttention, zero_rows_without_keys
 from formers.layers.cache import LayerState
 from formers.layers.mask import AttentionMask
-
-
-@dataclass(frozen=True)
-class TopKConfig(AttentionConfig):
-    """Explicit sparse attention: every query attends to its `top_k` highest-scoring keys.
-
-    Args:
-        top_k: keys each query keeps (8 in the paper's language-modelling experiments).
-    """
-
-    kind: str = "topk"
-    top_k: int = 8
-
-    def validate(self, model: ModelConfig, causal: bool) -> None:
-        super().validate(model, causal)
-        positive("attention.top_k", self.top_k, "the keys each query keeps (8 in the paper)")
+from formers.variants.topk.config import TopKConfig
 
 
 def keep_top_k(scores: Tensor, k: int) -> Tensor:

@@ -13,22 +13,10 @@ Diff from Transformer-XL:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
-from formers.config import FFNConfig, ModelConfig
 from formers.layers.cache import LayerState
-from formers.variants.primer_ez import MDHAConfig, MultiDConvHeadAttention, qkv_convolutions
-from formers.variants.xl import RelativeMultiHeadAttention, XLConfig
-from formers.variants.xl.presets import transformer_xl
-
-
-@dataclass(frozen=True)
-class PrimerXLConfig(XLConfig, MDHAConfig):
-    """Transformer-XL's options (mem_len, same_length, clamp_len, …) plus MDHA's kernel_size
-    and conv_bias."""
-
-    kind: str = "primer_xl"
+from formers.variants.primer_ez import MultiDConvHeadAttention, qkv_convolutions
+from formers.variants.xl import RelativeMultiHeadAttention
+from formers.variants.xl_primer.config import PrimerXLConfig
 
 
 class PrimerXLAttention(MultiDConvHeadAttention, RelativeMultiHeadAttention):
@@ -46,14 +34,3 @@ class PrimerXLAttention(MultiDConvHeadAttention, RelativeMultiHeadAttention):
         """None: the memory is the block's (`XLBlock`), and the convolutions read its tail."""
         return None
 
-
-def primer_xl() -> ModelConfig:
-    """Primer EZ inside Transformer-XL: squared ReLU, DConv and relative attention, memory.
-
-    The convolutions read the previous segment's tail instead of zero padding.
-    """
-    return dataclasses.replace(
-        transformer_xl(),
-        ffn=FFNConfig(activation="squared_relu"),
-        attention=PrimerXLConfig(mem_len=128),
-    )
