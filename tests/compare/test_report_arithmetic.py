@@ -59,7 +59,8 @@ def tables(report: str) -> list[dict[tuple[str, str], dict[str, str]]]:
     for i, line in enumerate(lines):
         if not line.startswith("| arm |"):
             continue
-        header = [c.strip() for c in line.strip("|").split("|")]
+        # "best valid loss (N tokens)", "final valid loss (whole split)": keyed without the scope
+        header = [c.strip().split(" (")[0] for c in line.strip("|").split("|")]
         rows = {}
         for row in lines[i + 2 :]:
             if not row.startswith("|"):
