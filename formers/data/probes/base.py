@@ -16,8 +16,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
 from formers.errors import ConfigError
 
 IGNORE = -100  # targets that are not scored
@@ -28,6 +26,8 @@ SPLITS = ("valid", "test")  # each its own held-out set
 def seeded_random(*key: int) -> random.Random:
     """A Python generator seeded from integers, well mixed (SeedSequence), so neighbouring keys
     (batch i and i + 1) give unrelated streams."""
+    import numpy as np  # here: a command that only reads a probe's config imports no numpy
+
     seed = int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, np.uint64)[0])
     return random.Random(seed)
 
