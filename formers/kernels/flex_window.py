@@ -33,18 +33,20 @@ def _band(
 ) -> flex.StaticMask:
     """The dilated band over positions, per head when the dilations differ."""
     steps = band_reach(window, causal)[0]  # window steps on the reaching side(s)
+    # One dilation for all heads: one band, whatever the head count (its options hold no head,
+    # so the cached mask serves a layer of any width); else one band per head.
     uniform = len(set(dilations)) == 1
     widest = max(dilations) * steps
-    option = flex.options_tensor([steps, *dilations], device)  # (1 + H,)
+    option = flex.options_tensor([steps, *(dilations[:1] if uniform else dilations)], device)
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        d = option[1 + h]
+        d = option[1] if uniform else option[1 + h]
         gap = q - kv if causal else (q - kv).abs()
         return (gap >= 0) & (gap <= option[0] * d) & (gap % d == 0)
 
     return flex.StaticMask(
         mask_mod,
-        key=("band", window, causal, dilations if not uniform else dilations[:1]),
+        key=("band", window, causal, dilations[:1] if uniform else dilations),
         heads=1 if uniform else len(dilations),
         left=widest,
         right=0 if causal else widest,

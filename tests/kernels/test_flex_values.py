@@ -62,6 +62,20 @@ def test_sliding_window_with_dilation_padding_and_global_keys(causal):
 
 
 @torch.no_grad()
+def test_a_cached_band_serves_layers_with_any_head_count(monkeypatch):
+    """One dilation for every head: the band's cached mask (and the options its mask_mod reads)
+    must not depend on the head count of the first layer that built it."""
+    monkeypatch.setattr(flex, "_CACHE", {})
+    for heads, dilation in ((2, 2), (4, 2), (1, 2), (3, 2), (2, (1, 3)), (3, (1, 3, 2))):
+        q, k, v = (torch.randn(1, heads, T, K, dtype=F64) for _ in range(3))
+        options = dict(window=9, causal=True, dilation=dilation)
+        close(
+            flex_window.sliding_window_attention(q, k, v, **options),
+            window.sliding_window_attention(q, k, v, **options),
+        )
+
+
+@torch.no_grad()
 def test_local_blocks_and_clusters():
     q, k, v = qkv()
     valid = torch.rand(B, T) > 0.2
