@@ -98,8 +98,8 @@ def cluster_attention(
             seen = seen & ((qi != kv) | alone[b, h, qi])
         return seen
 
-    mask = flex.block_mask(_sorted_band(window, causal, q.device), length, length, q.device)
-    mask = flex.with_refinement(mask, refine)
+    band = _sorted_band(window, causal, q.device)
+    mask = flex.block_mask(band, length, length, q.device, refine=refine)
 
     def by_place(x: Tensor) -> Tensor:  # (B, H, T, K) in sorted order
         return x.gather(2, order[..., None].expand(-1, -1, -1, x.shape[-1]))

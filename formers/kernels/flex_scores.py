@@ -56,10 +56,8 @@ def _mask(q_len: int, kv_len: int, causal: bool, key_valid: Tensor | None, devic
         static = causal_prefix(kv_len - q_len)
     else:
         static = flex.StaticMask(lambda b, h, q, kv: kv >= 0, key=("full",))
-    mask = flex.block_mask(static, q_len, kv_len, device)
-    if key_valid is not None:
-        mask = flex.with_refinement(mask, lambda b, h, q, kv: key_valid[b, kv])
-    return mask
+    refine = None if key_valid is None else lambda b, h, q, kv: key_valid[b, kv]
+    return flex.block_mask(static, q_len, kv_len, device, refine=refine)
 
 
 def offset_bias_attention(

@@ -87,9 +87,8 @@ def sliding_window_attention(
             globals_ = globals_._replace(first_query=None)
         n_global = globals_.k.shape[2]
     if n_global == 0:
-        mask = flex.block_mask(band, length, length, q.device)
-        if band_valid is not None:
-            mask = flex.with_refinement(mask, _valid_keys(band_valid))
+        refine = None if band_valid is None else _valid_keys(band_valid)
+        mask = flex.block_mask(band, length, length, q.device, refine=refine)
         return flex.attend(q, k, v, mask, scale=scale)
 
     start = -(-length // flex.BLOCK) * flex.BLOCK  # P: global keys from here
@@ -102,8 +101,8 @@ def sliding_window_attention(
         return torch.where(kv < start, band.mask_mod(b, h, qi, kv) & (kv < length), kv >= start)
 
     static = band._replace(mask_mod=with_globals, key=("globals", band.key, n_global), tail=tail)
-    mask = flex.block_mask(static, length, key_len, q.device)
-    mask = flex.with_refinement(mask, _global_refinement(band_valid, globals_, start, length))
+    refine = _global_refinement(band_valid, globals_, start, length)
+    mask = flex.block_mask(static, length, key_len, q.device, refine=refine)
     gap = start - length
 
     def extended(x: Tensor, extra: Tensor) -> Tensor:  # (B, H, P + G, K)
@@ -178,7 +177,7 @@ def local_attention(
     length = q.shape[2]
     if length == 0:
         return torch.zeros_like(q)
-    mask = flex.block_mask(_local_blocks(window, causal, q.device), length, length, q.device)
-    if key_valid is not None:
-        mask = flex.with_refinement(mask, _valid_keys(key_valid))
+    refine = None if key_valid is None else _valid_keys(key_valid)
+    blocks = _local_blocks(window, causal, q.device)
+    mask = flex.block_mask(blocks, length, length, q.device, refine=refine)
     return flex.attend(q, k, v, mask, scale=scale)

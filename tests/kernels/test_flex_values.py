@@ -179,9 +179,10 @@ def test_a_padded_two_sided_longformer_encoder_gives_the_same_outputs(monkeypatc
     close(model(x).logits, explicit)
 
 
-def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
+def test_the_twins_run_on_cuda_only_without_dropout_or_recording(monkeypatch):
     from formers.kernels.record import AttentionRecorder
 
+    monkeypatch.setattr(flex, "_HAS_TRITON", True)
     q = torch.randn(1, 2, 8, 16)
     assert not sparse.runs_on_flex(q)  # CPU: the explicit kernels
     meta = torch.empty(1, 2, 8, 16, device="meta")
@@ -196,6 +197,8 @@ def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
     assert not sparse.runs_on_flex(narrow)
     one_query = type("Step", (), {"device": torch.device("cuda"), "shape": (1, 2, 1, 16)})()
     assert not sparse.runs_on_flex(one_query)  # a decoding step
+    monkeypatch.setattr(flex, "_HAS_TRITON", False)  # a CUDA torch without Triton: no fused
+    assert not sparse.runs_on_flex(cuda_like)  # kernels, FlexAttention would run dense
 
 
 @torch.no_grad()
