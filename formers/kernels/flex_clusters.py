@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels import flex
+from formers.kernels.blocks import check_block_size
 
 
 def _sorted_band(window: int, causal: bool, device: torch.device) -> flex.StaticMask:
@@ -59,6 +60,7 @@ def cluster_attention(
     must be 0: the explicit kernel's per-pair dropout has no FlexAttention form)."""
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
+    check_block_size(window)
     batch, heads, length, _ = q.shape
     if length == 0:
         return torch.zeros_like(q)

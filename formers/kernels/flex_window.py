@@ -24,8 +24,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels import flex
-from formers.kernels.blocks import GlobalKeys
-from formers.kernels.window import band_reach, head_dilations, split_globals
+from formers.kernels.blocks import GlobalKeys, check_block_size
+from formers.kernels.window import (
+    band_reach,
+    check_inputs,
+    head_dilations,
+    split_globals,
+)
 
 
 def _band(
@@ -73,9 +78,10 @@ def sliding_window_attention(
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
     batch, heads, length, dim = q.shape
+    dilations = tuple(head_dilations(dilation, heads))
+    check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
     if length == 0:
         return torch.zeros_like(q)
-    dilations = tuple(head_dilations(dilation, heads))
     band = _band(window, causal, dilations, q.device)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
 
@@ -174,6 +180,7 @@ def local_attention(
     """`formers.kernels.blocks.local_attention` on FlexAttention (same arguments; dropout 0)."""
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
+    check_block_size(window)
     length = q.shape[2]
     if length == 0:
         return torch.zeros_like(q)
