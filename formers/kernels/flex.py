@@ -263,6 +263,13 @@ def _refined(tiles: Any, refine: MaskMod) -> Any:
     )
 
 
+def rounds_scores(device: torch.device) -> bool:
+    """Whether FlexAttention on `device` may round q·k to the inputs' dtype before the score_mod
+    sees it: its eager reference, which runs off CUDA, did in some torch versions (a matmul in
+    that dtype; newer ones upcast first); the fused kernels keep fp32."""
+    return device.type != "cuda"
+
+
 # Kernels the compiled FlexAttention may hold, one per pattern × shape × dtype × grad mode:
 # dynamo's default (8) is spent by two patterns at four lengths, after which it would run the
 # unfused reference, dense over (B, H, T, S), without a word. Past this budget the call takes the
