@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from formers.errors import InputError
 from formers.kernels.attention import masked_attention
 from formers.kernels.record import recording, report, take
 
@@ -140,6 +141,12 @@ def _with_global_keys(
     return keys, values, allowed
 
 
+def check_block_size(size: int) -> None:
+    """`local_attention`'s and the cluster kernels' `window`: positions (members) per block."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InputError(f"window={size!r} must be a positive integer: the positions in a block")
+
+
 def local_attention(
     q: Tensor,
     k: Tensor,
@@ -162,6 +169,7 @@ def local_attention(
     Returns:
         (B, H, T, K)
     """
+    check_block_size(window)
     # Local key e of a block sits W positions before its query e; the previous block is whole,
     # the own block up to the query (causal), or the previous, own and next blocks whole.
     left, right = window, 0 if causal else window

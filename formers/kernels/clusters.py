@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels.attention import masked_attention
+from formers.kernels.blocks import check_block_size
 from formers.kernels.host_reads import host_reads_allowed
 from formers.kernels.record import recording, report, take
 
@@ -263,6 +264,7 @@ def cluster_attention(
     Returns:
         (B, H, T, K)
     """
+    check_block_size(window)
     batch, heads, length, dim = q.shape
     layout = cluster_layout(clusters, n_clusters, window)
     valid = torch.ones(batch, length, dtype=torch.bool, device=q.device)

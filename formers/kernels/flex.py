@@ -11,17 +11,20 @@ A pattern is described here by a `StaticMask`: the part of the mask that depends
 shapes and options (a band, a window, causality), with the reach of its band. Its block mask is
 built once per (options, shape, device) and cached (`block_mask`); the part that depends on
 the data (padding, clusters) is a `refine` mask_mod applied on top, inside the same tiles
-(`with_refinement`), so the tiles never depend on the data and no shape does either.
+(`block_mask(..., refine=)`), so the tiles never depend on the data and no shape does either.
 
-On CUDA the call is compiled (torch.compile of `flex_attention`: the fused Triton kernels); on
-the CPU it runs FlexAttention's eager reference, forward only (it has no CPU backward), which
-the tests use to check every twin against the explicit kernels.
+On CUDA the call is compiled (torch.compile of `flex_attention`: the fused Triton kernels, one
+per pattern × shape × dtype × grad mode, up to `RECOMPILE_LIMIT` of them); on the CPU it runs
+FlexAttention's eager reference, forward only (it has no CPU backward), which the tests use to
+check every twin against the explicit kernels. Inside a graph the caller compiles, it is traced
+into that graph, block masks included (`_cached`).
 
 Shapes: B batch, H heads, T queries, S keys, K head dim, Qb / Sb tiles of queries / keys.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
@@ -51,14 +54,19 @@ def torch_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-# read once: a compiled graph then sees a constant, not a string to parse
+# read once: a compiled graph then sees constants, not a string to parse or a module to find
 _HAS_TWINS = flex_attention is not None and torch_version() >= MIN_TORCH
+# The fused kernels are Triton's (a CUDA build of torch may come without it); found, not imported.
+_HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def supported(q: Tensor) -> bool:
-    """Whether this torch's FlexAttention can run the twins for q (…, T, K): torch >= 2.6 and
-    a head dim of at least 16. Says nothing of the device (`formers.kernels.sparse` decides)."""
-    return _HAS_TWINS and q.shape[-1] >= MIN_HEAD_DIM
+    """Whether this torch's FlexAttention can run the twins for q (…, T, K): torch >= 2.6, a
+    head dim of at least 16, and on CUDA Triton for the fused kernels (without it, FlexAttention
+    would run its unfused reference, dense over every pair). Whether the twins should run on q's
+    device at all, `formers.kernels.sparse` decides."""
+    triton = _HAS_TRITON or q.device.type != "cuda"
+    return _HAS_TWINS and triton and q.shape[-1] >= MIN_HEAD_DIM
 
 
 # Mask entries evaluated at once while building a block mask (then counted per tile).
@@ -68,24 +76,43 @@ _CACHE: dict[tuple[Any, ...], Any] = {}
 _CACHE_SIZE = 64
 
 
+def _cached(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """`build()`'s value for `key`, built once by an eager call and kept.
+
+    Inside a compiled graph it is built in the graph every time, without a look at the cache:
+    dynamo would guard on the dict's contents, and every eager call that fills it would then
+    force a recompile. An entry outlives the call that built it, so it is built with normal
+    tensors even under `torch.inference_mode()`: a later training step saves them for backward,
+    which inference tensors refuse.
+    """
+    if torch.compiler.is_compiling():
+        return build()
+    value = _CACHE.get(key)
+    if value is None:
+        with torch.inference_mode(False), torch.no_grad():
+            value = build()
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = value
+    return value
+
+
 def options_tensor(values: Sequence[int], device: torch.device) -> Tensor:
     """A pattern's options as a (n,) long tensor for its mask_mod to read.
 
     A number written into a mask_mod is part of the compiled kernel: every window would compile
-    its own (layers with their own windows, Beltagy et al. 2020 §4.1), and past dynamo's
-    recompile limit the calls would fall back to the unfused reference. Read from a tensor, one
-    kernel serves them all. Filled in place, not copied from the host: no sync; kept with the
-    block masks (`block_mask`'s cache and its rule).
+    its own (layers with their own windows, Beltagy et al. 2020 §4.1), and the recompile budget
+    (`RECOMPILE_LIMIT`) would soon be spent. Read from a tensor, one kernel serves them all.
+    Filled in place, not copied from the host: no sync; kept with the block masks (`_cached`).
     """
-    key = ("options", tuple(values), str(device))
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
-    out = torch.empty(len(values), dtype=torch.long, device=device)
-    for i, value in enumerate(values):
-        out[i] = value
-    _remember(key, out)
-    return out
+
+    def build() -> Tensor:
+        out = torch.empty(len(values), dtype=torch.long, device=device)
+        for i, value in enumerate(values):
+            out[i] = value
+        return out
+
+    return _cached(("options", tuple(values), str(device)), build)
 
 
 class StaticMask(NamedTuple):
@@ -108,33 +135,32 @@ class StaticMask(NamedTuple):
     tail: int = 0
 
 
-def block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
-    """The BlockMask of `static` over (q_len, kv_len), built once per options, shape and device.
+def block_mask(
+    static: StaticMask,
+    q_len: int,
+    kv_len: int,
+    device: torch.device,
+    refine: MaskMod | None = None,
+) -> Any:
+    """The BlockMask of `static` over (q_len, kv_len), its tiles built once per options, shape
+    and device (`_cached`).
 
-    Built inside a compiled graph (the first call of a shape while tracing), it is part of
-    that graph and not cached: the cache is filled by eager calls only.
+    refine: a mask_mod that reads this call's tensors (padding, clusters), applied on top of
+        `static` inside the same tiles: mask_mod = static ∧ refine. It must see every pair, so
+        no tile is marked full (full tiles skip the mask_mod); those all-partial tile lists are
+        cached too, and only the mask_mod is new on each call.
     """
-    key = (static.key, static.heads, q_len, kv_len, str(device))
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
-    built = _build_block_mask(static, q_len, kv_len, device)
-    _remember(key, built)
-    return built
+    partial_only = refine is not None
+    key = (static.key, static.heads, q_len, kv_len, str(device), partial_only)
+    tiles = _cached(key, lambda: _build_block_mask(static, q_len, kv_len, device, partial_only))
+    return tiles if refine is None else _refined(tiles, refine)
 
 
-def _remember(key: tuple[Any, ...], value: Any) -> None:
-    """Cache `value` when built eagerly (inside a compiled graph it is the graph's own)."""
-    if torch.compiler.is_compiling():
-        return
-    if len(_CACHE) >= _CACHE_SIZE:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = value
-
-
-def _build_block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch.device) -> Any:
+def _build_block_mask(
+    static: StaticMask, q_len: int, kv_len: int, device: torch.device, partial_only: bool
+) -> Any:
     """Evaluate mask_mod on the candidate tiles only (those the band reaches, and the tail):
-    O(T·band) work and memory, never a (T, S) grid."""
+    O(T·band) work and memory, never a (T, S) grid. partial_only: mark no tile full."""
     n_q, n_kv = -(-q_len // BLOCK), -(-kv_len // BLOCK)
     n_band = n_kv - static.tail  # tiles of keys inside the band
     # tile offset Δ = query tile − key tile; its pairs have q − kv in [Δ·BLOCK ± (BLOCK − 1)]
@@ -179,6 +205,8 @@ def _build_block_mask(static: StaticMask, q_len: int, kv_len: int, device: torch
         column = torch.where(tiles, kv_tile, n_kv).expand_as(tiles)  # unused: spare column
         return out.scatter_(-1, column, tiles)[None, ..., :n_kv]
 
+    if partial_only:
+        return _from_dense(dense(any_), None, q_len, kv_len, static.mask_mod)
     return _from_dense(dense(any_ & ~full), dense(full), q_len, kv_len, static.mask_mod)
 
 
@@ -189,11 +217,15 @@ def _ordered(dense: Tensor) -> tuple[Tensor, Tensor]:
     return count.contiguous(), order.to(torch.int32).contiguous()
 
 
-def _from_dense(partial: Tensor, full: Tensor, q_len: int, kv_len: int, mask_mod: MaskMod) -> Any:
+def _from_dense(
+    partial: Tensor, full: Tensor | None, q_len: int, kv_len: int, mask_mod: MaskMod
+) -> Any:
     kv_count, kv_index = _ordered(partial)
-    full_count, full_index = _ordered(full)
     q_count, q_index = _ordered(partial.transpose(-2, -1))
-    full_q_count, full_q_index = _ordered(full.transpose(-2, -1))
+    full_count = full_index = full_q_count = full_q_index = None
+    if full is not None:
+        full_count, full_index = _ordered(full)
+        full_q_count, full_q_index = _ordered(full.transpose(-2, -1))
     return BlockMask(
         seq_lengths=(q_len, kv_len),
         kv_num_blocks=kv_count,
@@ -209,50 +241,55 @@ def _from_dense(partial: Tensor, full: Tensor, q_len: int, kv_len: int, mask_mod
     )
 
 
-def with_refinement(mask: Any, refine: MaskMod) -> Any:
-    """`mask`'s tiles, every one of them partial, under mask_mod = static ∧ refine.
-
-    The refinement reads this call's tensors (padding, clusters): it must be applied on every
-    pair, so no tile may be skipped as full. Only the tiles' lists move; nothing is rebuilt.
-    """
-    static = mask.mask_mod
+def _refined(tiles: Any, refine: MaskMod) -> Any:
+    """`tiles` (every one partial) under mask_mod = its own ∧ refine: no tensor is touched."""
+    static = tiles.mask_mod
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
         return static(b, h, q, kv) & refine(b, h, q, kv)
 
-    kv_count, kv_index = _merge(
-        mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks, mask.full_kv_indices
-    )
-    q_count, q_index = _merge(
-        mask.q_num_blocks, mask.q_indices, mask.full_q_num_blocks, mask.full_q_indices
-    )
     return BlockMask(
-        seq_lengths=mask.seq_lengths,
-        kv_num_blocks=kv_count,
-        kv_indices=kv_index,
+        seq_lengths=tiles.seq_lengths,
+        kv_num_blocks=tiles.kv_num_blocks,
+        kv_indices=tiles.kv_indices,
         full_kv_num_blocks=None,
         full_kv_indices=None,
-        q_num_blocks=q_count,
-        q_indices=q_index,
+        q_num_blocks=tiles.q_num_blocks,
+        q_indices=tiles.q_indices,
         full_q_num_blocks=None,
         full_q_indices=None,
-        BLOCK_SIZE=mask.BLOCK_SIZE,
+        BLOCK_SIZE=tiles.BLOCK_SIZE,
         mask_mod=mask_mod,
     )
 
 
-def _merge(count: Tensor, index: Tensor, full_count: Tensor, full_index: Tensor) -> tuple:
-    """Partial and full tile lists as one list of partial tiles (the same tiles)."""
-    n = index.shape[-1]
-    slot = torch.arange(n, device=index.device)
-    tiles = torch.zeros(*index.shape[:-1], n + 1, dtype=torch.bool, device=index.device)
-    for c, i in ((count, index), (full_count, full_index)):
-        taken = slot < c[..., None]  # (…, n) the first c entries are tiles
-        tiles.scatter_(-1, torch.where(taken, i.long(), n), taken)
-    return _ordered(tiles[..., :n])
+def rounds_scores(device: torch.device) -> bool:
+    """Whether FlexAttention on `device` may round q·k to the inputs' dtype before the score_mod
+    sees it: its eager reference, which runs off CUDA, did in some torch versions (a matmul in
+    that dtype; newer ones upcast first); the fused kernels keep fp32."""
+    return device.type != "cuda"
 
 
+# Kernels the compiled FlexAttention may hold, one per pattern × shape × dtype × grad mode:
+# dynamo's default (8) is spent by two patterns at four lengths, after which it would run the
+# unfused reference, dense over (B, H, T, S), without a word. Past this budget the call takes the
+# explicit kernel instead (`CompileBudgetSpent`, which `formers.kernels.sparse` catches).
+RECOMPILE_LIMIT = 64
 _COMPILED: dict[str, Callable[..., Tensor]] = {}
+
+
+class CompileBudgetSpent(RuntimeError):
+    """The compiled FlexAttention holds RECOMPILE_LIMIT kernels and would need another."""
+
+
+def _fused_kernel(device: torch.device) -> Callable[..., Tensor] | None:
+    """FlexAttention compiled into its fused Triton kernels on CUDA; None elsewhere (the eager
+    reference runs)."""
+    if device.type != "cuda":
+        return None
+    if "cuda" not in _COMPILED:
+        _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED["cuda"]
 
 
 def attend(
@@ -265,16 +302,47 @@ def attend(
     scale: float | None = None,
 ) -> Tensor:
     """FlexAttention of q (B, H, T, K) against k, v (B, H, S, K) under `mask`: compiled on
-    CUDA, the eager reference elsewhere (forward only). Rows with no visible key are zero."""
+    CUDA, the eager reference elsewhere (forward only). Rows with no visible key are zero.
+    Inside a compiled graph it is traced into that graph. Raises `CompileBudgetSpent` when it
+    would need a kernel past RECOMPILE_LIMIT."""
     dtype = common_dtype(q, k, v)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    if q.device.type == "cuda":
-        run = _COMPILED.get("cuda")
-        if run is None:
-            run = _COMPILED["cuda"] = torch.compile(flex_attention, dynamic=False)
-    else:
-        run = flex_attention
-    return run(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+    kernel = None if torch.compiler.is_compiling() else _fused_kernel(q.device)
+    if kernel is None:
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+    with _recompile_budget():
+        try:
+            return kernel(q, k, v, score_mod=score_mod, block_mask=mask, scale=scale)
+        except _limit_hit() as error:
+            raise CompileBudgetSpent(
+                "the compiled FlexAttention holds as many kernels (one per pattern × shape × "
+                "dtype × grad mode) as formers.kernels.flex.RECOMPILE_LIMIT allows; raise it "
+                "to compile more"
+            ) from error
+
+
+def _recompile_budget() -> Any:
+    """dynamo's config for our calls: RECOMPILE_LIMIT kernels, then an error, not a fallback.
+    The names changed in torch 2.7 (cache_size_limit -> recompile_limit)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    fail = (
+        "fail_on_recompile_limit_hit"
+        if hasattr(config, "fail_on_recompile_limit_hit")
+        else "fail_on_cache_limit_hit"
+    )
+    changes = {limit: max(getattr(config, limit), RECOMPILE_LIMIT)}
+    if not config.suppress_errors:  # the two may not be on together
+        changes[fail] = True
+    return config.patch(changes)
+
+
+def _limit_hit() -> type[Exception]:
+    from torch._dynamo import exc
+
+    return getattr(exc, "FailOnRecompileLimitHit", None) or exc.FailOnCacheLimitHit  # < 2.7
 
 
 def common_dtype(*tensors: Tensor) -> torch.dtype:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels import flex
+from formers.kernels.blocks import check_block_size
 
 
 def _sorted_band(window: int, causal: bool, device: torch.device) -> flex.StaticMask:
@@ -59,6 +60,7 @@ def cluster_attention(
     must be 0: the explicit kernel's per-pair dropout has no FlexAttention form)."""
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
+    check_block_size(window)
     batch, heads, length, _ = q.shape
     if length == 0:
         return torch.zeros_like(q)
@@ -98,8 +100,8 @@ def cluster_attention(
             seen = seen & ((qi != kv) | alone[b, h, qi])
         return seen
 
-    mask = flex.block_mask(_sorted_band(window, causal, q.device), length, length, q.device)
-    mask = flex.with_refinement(mask, refine)
+    band = _sorted_band(window, causal, q.device)
+    mask = flex.block_mask(band, length, length, q.device, refine=refine)
 
     def by_place(x: Tensor) -> Tensor:  # (B, H, T, K) in sorted order
         return x.gather(2, order[..., None].expand(-1, -1, -1, x.shape[-1]))

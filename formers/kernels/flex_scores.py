@@ -10,7 +10,9 @@ window, so the tiles above the diagonal are never computed.
   threshold_attention     only scores at or above each query's k-th largest stay (Zhao et al.
                           2019, Eq. 6): the k-th is found first without gradient, in chunks of
                           queries, and a score_mod drops the rest; (T, S) weights are never
-                          kept for the backward pass.
+                          kept for the backward pass. Scores within the two computations'
+                          rounding of the k-th count as tied with it (kept), so no rounding can
+                          drop a key that reaches the k-th.
 
 Shapes: B batch, H heads, T queries, S keys (the last T of them the queries' own positions),
 K head dim.
@@ -24,15 +26,12 @@ import torch
 from torch import Tensor
 
 from formers.kernels import flex
-from formers.kernels.attention import causal_mask
 
 # Scores computed at once while searching the k-th largest: 2²⁶ per chunk of queries.
 THRESHOLD_CHUNK = 1 << 26
-# fp32/fp64: the kernel and the search add a query's products in different orders, so the
-# k-th score may come out a few units in the last place apart; a score this close to it counts
-# as a tie (kept). In bf16/fp16 both are rounded to the dtype before comparing, as the explicit
-# path compares its rounded scores.
-TIE_ULPS = 8
+# TF32 keeps 10 bits of an fp32 input's mantissa: a product of two rounded inputs is within
+# 2·2⁻¹¹ of the exact one, relatively.
+TF32_EPS = 2.0**-10
 
 
 def causal_prefix(memory_len: int, window: int | None = None) -> flex.StaticMask:
@@ -56,10 +55,8 @@ def _mask(q_len: int, kv_len: int, causal: bool, key_valid: Tensor | None, devic
         static = causal_prefix(kv_len - q_len)
     else:
         static = flex.StaticMask(lambda b, h, q, kv: kv >= 0, key=("full",))
-    mask = flex.block_mask(static, q_len, kv_len, device)
-    if key_valid is not None:
-        mask = flex.with_refinement(mask, lambda b, h, q, kv: key_valid[b, kv])
-    return mask
+    refine = None if key_valid is None else lambda b, h, q, kv: key_valid[b, kv]
+    return flex.block_mask(static, q_len, kv_len, device, refine=refine)
 
 
 def offset_bias_attention(
@@ -96,20 +93,25 @@ def kth_largest(
     scale: float,
 ) -> Tensor:
     """(B, H, T): each query's top_k-th largest visible score (−inf when it sees fewer keys),
-    scores rounded to q's dtype as the explicit path rounds them; without gradient."""
+    without gradient, in fp32 (fp64 for fp64 inputs) from the upcast q and k: the precision in
+    which the fused kernel computes the scores it hands the score_mod."""
     batch, heads, q_len, _ = q.shape
     kv_len = k.shape[2]
     top_k = min(top_k, kv_len)
     rows = max(1, min(q_len, THRESHOLD_CHUNK // max(1, batch * heads * kv_len)))
-    allowed = None
-    if causal:
-        allowed = causal_mask(q_len, kv_len, q.device)  # (T, S)
+    wide = torch.promote_types(q.dtype, torch.float32)
+    keys = torch.arange(kv_len, device=q.device)
     out = []
     with torch.no_grad():
+        q, k = q.to(wide), k.to(wide)
         for start in range(0, q_len, rows):
             scores = (q[:, :, start : start + rows] @ k.transpose(-2, -1)) * scale
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed[start : start + rows], -math.inf)
+            if causal:  # query i is at position S − T + i; this chunk's rows only, not (T, S)
+                end = min(start + rows, q_len)
+                positions = torch.arange(
+                    kv_len - q_len + start, kv_len - q_len + end, device=q.device
+                )
+                scores = scores.masked_fill(keys > positions[:, None], -math.inf)
             if key_valid is not None:
                 scores = scores.masked_fill(~key_valid[:, None, None, :], -math.inf)
             # the k-th largest is the (S − k + 1)-th smallest
@@ -128,18 +130,43 @@ def threshold_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Attention of q (B, H, T, K) over k, v (B, H, S, K) keeping each query's top_k scores and
-    those tied with the k-th (causal: query i sees keys j <= S − T + i; key_valid (B, S))."""
+    those tied with the k-th (causal: query i sees keys j <= S − T + i; key_valid (B, S)).
+    A score within `score_slack` of the k-th counts as tied."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    dtype = flex.common_dtype(q, k, v)  # the scores' dtype, as the explicit path rounds them
+    dtype = flex.common_dtype(q, k, v)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     kth = kth_largest(q, k, top_k, causal=causal, key_valid=key_valid, scale=scale)
-    low_precision = dtype in (torch.bfloat16, torch.float16)
-    if not low_precision:
-        kth = kth - kth.abs() * (TIE_ULPS * torch.finfo(dtype).eps)
+    q_slack, k_norm = score_slack(q, k, scale)
+    # the search's k-th is off by at most q_slack·|k_m| for one of its top-k keys m, the
+    # kernel's score of key j by q_slack·|k_j|
+    floor = kth - q_slack * k_norm.amax(-1, keepdim=True)  # (B, H, T)
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, qi: Tensor, kv: Tensor) -> Tensor:
-        compared = score.to(dtype) if low_precision else score
-        return torch.where(compared >= kth[b, h, qi], score, -math.inf)
+        low = floor[b, h, qi] - q_slack[b, h, qi] * k_norm[b, h, kv]
+        return torch.where(score >= low, score, -math.inf)
 
     mask = _mask(q.shape[2], k.shape[2], causal, key_valid, q.device)
     return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
+
+
+def score_slack(q: Tensor, k: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """(B, H, T) c·|q_i| and (B, H, S) |k_j|, without gradient: the kernel's score of (i, j) and
+    the search's (`kth_largest`) are each within c·|q_i|·|k_j| of the exact score.
+
+    Each computes fl(fl(q_i·k_j)·scale) in its own order of additions, within
+    (e_in + (K + 1)·eps)·|scale|·Σ_d |q_d·k_d| of the exact score (an inner product's error,
+    Higham 2002 §3.1, plus one rounding for the scale), where eps is the accumulator's (fp32,
+    or fp64), counted whole per addition in case a tensor core truncates instead of rounding,
+    and e_in the rounding of the inputs: TF32's when fp32 matmuls may use it, the inputs' own
+    dtype when the kernel rounds q·k to it (`flex.rounds_scores`), else 0 (bf16 and fp16
+    products are exact in fp32); and Σ_d |q_d·k_d| <= |q_i|·|k_j| (Cauchy–Schwarz).
+    """
+    wide = torch.promote_types(q.dtype, torch.float32)
+    e_in = 0.0
+    if q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        e_in = TF32_EPS
+    elif q.dtype != wide and flex.rounds_scores(q.device):
+        e_in = torch.finfo(q.dtype).eps
+    c = (e_in + (q.shape[-1] + 1) * torch.finfo(wide).eps) * abs(scale)
+    with torch.no_grad():
+        return c * q.to(wide).norm(dim=-1), k.to(wide).norm(dim=-1)

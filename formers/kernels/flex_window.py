@@ -24,8 +24,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from formers.kernels import flex
-from formers.kernels.blocks import GlobalKeys
-from formers.kernels.window import band_reach, head_dilations, split_globals
+from formers.kernels.blocks import GlobalKeys, check_block_size
+from formers.kernels.window import (
+    band_reach,
+    check_inputs,
+    head_dilations,
+    split_globals,
+)
 
 
 def _band(
@@ -33,18 +38,20 @@ def _band(
 ) -> flex.StaticMask:
     """The dilated band over positions, per head when the dilations differ."""
     steps = band_reach(window, causal)[0]  # window steps on the reaching side(s)
+    # One dilation for all heads: one band, whatever the head count (its options hold no head,
+    # so the cached mask serves a layer of any width); else one band per head.
     uniform = len(set(dilations)) == 1
     widest = max(dilations) * steps
-    option = flex.options_tensor([steps, *dilations], device)  # (1 + H,)
+    option = flex.options_tensor([steps, *(dilations[:1] if uniform else dilations)], device)
 
     def mask_mod(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        d = option[1 + h]
+        d = option[1] if uniform else option[1 + h]
         gap = q - kv if causal else (q - kv).abs()
         return (gap >= 0) & (gap <= option[0] * d) & (gap % d == 0)
 
     return flex.StaticMask(
         mask_mod,
-        key=("band", window, causal, dilations if not uniform else dilations[:1]),
+        key=("band", window, causal, dilations[:1] if uniform else dilations),
         heads=1 if uniform else len(dilations),
         left=widest,
         right=0 if causal else widest,
@@ -71,9 +78,10 @@ def sliding_window_attention(
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
     batch, heads, length, dim = q.shape
+    dilations = tuple(head_dilations(dilation, heads))
+    check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
     if length == 0:
         return torch.zeros_like(q)
-    dilations = tuple(head_dilations(dilation, heads))
     band = _band(window, causal, dilations, q.device)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
 
@@ -85,9 +93,8 @@ def sliding_window_attention(
             globals_ = globals_._replace(first_query=None)
         n_global = globals_.k.shape[2]
     if n_global == 0:
-        mask = flex.block_mask(band, length, length, q.device)
-        if band_valid is not None:
-            mask = flex.with_refinement(mask, _valid_keys(band_valid))
+        refine = None if band_valid is None else _valid_keys(band_valid)
+        mask = flex.block_mask(band, length, length, q.device, refine=refine)
         return flex.attend(q, k, v, mask, scale=scale)
 
     start = -(-length // flex.BLOCK) * flex.BLOCK  # P: global keys from here
@@ -100,8 +107,8 @@ def sliding_window_attention(
         return torch.where(kv < start, band.mask_mod(b, h, qi, kv) & (kv < length), kv >= start)
 
     static = band._replace(mask_mod=with_globals, key=("globals", band.key, n_global), tail=tail)
-    mask = flex.block_mask(static, length, key_len, q.device)
-    mask = flex.with_refinement(mask, _global_refinement(band_valid, globals_, start, length))
+    refine = _global_refinement(band_valid, globals_, start, length)
+    mask = flex.block_mask(static, length, key_len, q.device, refine=refine)
     gap = start - length
 
     def extended(x: Tensor, extra: Tensor) -> Tensor:  # (B, H, P + G, K)
@@ -173,10 +180,11 @@ def local_attention(
     """`formers.kernels.blocks.local_attention` on FlexAttention (same arguments; dropout 0)."""
     if dropout:
         raise ValueError("FlexAttention draws no dropout: take the explicit kernel")
+    check_block_size(window)
     length = q.shape[2]
     if length == 0:
         return torch.zeros_like(q)
-    mask = flex.block_mask(_local_blocks(window, causal, q.device), length, length, q.device)
-    if key_valid is not None:
-        mask = flex.with_refinement(mask, _valid_keys(key_valid))
+    refine = None if key_valid is None else _valid_keys(key_valid)
+    blocks = _local_blocks(window, causal, q.device)
+    mask = flex.block_mask(blocks, length, length, q.device, refine=refine)
     return flex.attend(q, k, v, mask, scale=scale)

@@ -93,7 +93,7 @@ def sliding_window_attention(
     """
     batch, heads, length, dim = q.shape
     dilations = head_dilations(dilation, heads)
-    _check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
+    check_inputs(q, k, v, window, key_valid, global_keys, global_positions, block_size)
     if length == 0:
         return torch.zeros_like(q)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
@@ -337,7 +337,7 @@ def check_window(window: int) -> None:
         )
 
 
-def _check_inputs(
+def check_inputs(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -347,6 +347,7 @@ def _check_inputs(
     global_positions: Tensor | None,
     block_size: int | None,
 ) -> None:
+    """One clear line for each misuse of `sliding_window_attention`'s arguments (InputError)."""
     check_window(window)
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
         raise InputError(

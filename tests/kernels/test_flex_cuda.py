@@ -1,6 +1,8 @@
 """The FlexAttention twins on CUDA, where they run: forward and backward equal the explicit
 kernels in fp32 and bf16, models give the same loss and gradients on either path, every causal
-preset stays causal, the twins compile as one graph and make no host sync.
+preset stays causal, the twins compile as one graph and make no host sync; top-k keeps every key
+that reaches the k-th under the fused kernel's rounding, a training step follows an
+inference-mode evaluation at the same shape, a cached band serves any head count.
 
 Marked `gpu`: `bash scripts/test.sh -m gpu tests/kernels` on a machine with CUDA and torch >= 2.6
 (they skip elsewhere). Head dims are 16 or more, the twins' minimum."""
@@ -87,7 +89,8 @@ def cluster_case(causal):
 
 def relative_case(q, k, v):
     """XL's layout: 40 memory keys, a position term q·r against every distance (so its gradient
-    reaches q), a same-length window of 100."""
+    reaches q: q's gradient checks the bias's, which the fused backward sums into the captured
+    (B, H, T, S + 1) tensor), a same-length window of 100."""
     r = torch.randn(T + 41, K, device=CUDA, dtype=q.dtype) * 0.1
     bias = q @ r.T  # (B, H, T, S + 1)
     k, v = torch.cat([k[:, :, :40], k], 2), torch.cat([v[:, :, :40], v], 2)
@@ -106,8 +109,18 @@ def explicit_relative(q, k, v, bias, *, window, scale):
     return torch.softmax(scores, -1) @ v
 
 
+def on_a_grid(x):
+    """x rounded to multiples of 1/4, its gradient passed straight through: every score, and so
+    every selection, is exact in fp32 whatever order the products are added in (scale 1/4)."""
+    return x + ((x * 4).round() / 4 - x).detach()
+
+
 def topk_case(q, k, v):
-    return lambda kernel: kernel(q, k, v, 8, causal=True, key_valid=None, scale=K**-0.5)
+    """Exact scores: the twin's threshold counts scores within its computations' rounding of the
+    k-th as tied, and on random scores a near tie kept by one path only would differ by a whole
+    key's weight (test_top_k_twin_keeps_every_key_that_reaches_the_kth covers rounding)."""
+    q, k = on_a_grid(q), on_a_grid(k)
+    return lambda kernel: kernel(q, k, v, 8, causal=True, key_valid=None, scale=0.25)
 
 
 def explicit_topk(q, k, v, top_k, *, causal, key_valid, scale):
@@ -250,3 +263,65 @@ def test_twins_compile_as_one_graph_without_host_syncs(name):
     out, grads = forward_backward(case, compiled, torch.bfloat16, check_syncs=True)
     for got, want in zip([out, *grads], [eager_out, *eager_grads], strict=True):
         torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize(
+    "dtype, top_k", [(torch.bfloat16, 1), (torch.bfloat16, 8), (torch.float32, 8)]
+)
+def test_top_k_twin_keeps_every_key_that_reaches_the_kth(dtype, top_k, monkeypatch):
+    """Head dim 128 (scale 1/√128, not a power of two) and, in fp32, TF32 allowed: the fused
+    kernel's scores round otherwise than the search for the k-th; no key whose exact score
+    reaches the exact k-th may be dropped, and no row left empty. Values one-hot per key, so
+    the output is the weights (a key is kept iff its weight > 0)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", dtype == torch.float32)
+    torch.manual_seed(0)
+    length, dim = 256, 128
+    q, k = (torch.randn(1, 4, length, dim, device=CUDA).to(dtype) for _ in range(2))
+    scale = dim**-0.5
+    kept = []
+    for half in torch.eye(length, device=CUDA, dtype=dtype).split(dim, dim=1):
+        v = half.expand(1, 4, length, dim).contiguous()
+        with torch.no_grad():
+            out = flex_scores.threshold_attention(q, k, v, top_k, causal=True, scale=scale)
+        kept.append(out > 0)
+    kept = torch.cat(kept, dim=-1)  # (1, 4, T, S)
+    scores = (q.double() @ k.double().transpose(-2, -1)) * scale
+    visible = torch.ones(length, length, dtype=torch.bool, device=CUDA).tril()
+    kth = scores.masked_fill(~visible, float("-inf")).topk(top_k, dim=-1).values[..., -1:]
+    must_keep = visible & (scores >= kth)
+    assert (kept | ~must_keep).all(), f"{(must_keep & ~kept).any(-1).sum()} rows lost a key"
+    assert not (kept & ~visible).any()
+    assert (kept.sum(-1) >= visible.sum(-1).clamp(max=top_k)).all()
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_training_step_after_an_inference_mode_eval_at_the_same_shape(name, monkeypatch):
+    """The eval fills the block-mask cache under torch.inference_mode(); the training step at
+    the same shape reads it, and its backward saves the masks' tensors."""
+    case, twin, _ = CASES[name]
+    monkeypatch.setattr(flex, "_CACHE", {})
+    q, k, v = inputs(torch.float32)
+    with torch.inference_mode():
+        case(q.detach(), k.detach(), v.detach())(twin)
+    assert flex._CACHE
+    out, grads = forward_backward(case, twin, torch.float32)
+    monkeypatch.setattr(flex, "_CACHE", {})
+    fresh, fresh_grads = forward_backward(case, twin, torch.float32)
+    for got, want in zip([out, *grads], [fresh, *fresh_grads], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)  # atomic adds: any order
+
+
+@torch.no_grad()
+def test_a_cached_band_serves_layers_with_any_head_count(monkeypatch):
+    """One dilation for every head: a cached band must not read per-head options past the end
+    (Triton does not check the index)."""
+    monkeypatch.setattr(flex, "_CACHE", {})
+    for heads in (2, 4):
+        q, k, v = (torch.randn(1, heads, T, K, device=CUDA) for _ in range(3))
+        options = dict(window=9, causal=True, dilation=2)
+        torch.testing.assert_close(
+            flex_window.sliding_window_attention(q, k, v, **options),
+            window.sliding_window_attention(q, k, v, **options),
+            atol=2e-4,
+            rtol=2e-4,
+        )

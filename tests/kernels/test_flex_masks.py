@@ -153,14 +153,21 @@ def test_causal_prefix_tiles_see_the_memory_mask(memory, reach):
 
 def test_a_refinement_keeps_every_tile_and_masks_inside_them():
     static = flex_scores.causal_prefix(0)
-    mask = flex.block_mask(static, T, T, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    mask = flex.block_mask(static, T, T, cpu)
     valid = torch.rand(B, T) > 0.5
-    refined = flex.with_refinement(mask, lambda b, h, q, kv: valid[b, kv])
-    assert refined.full_kv_num_blocks is None  # no tile skips the refinement
+    refined = flex.block_mask(static, T, T, cpu, refine=lambda b, h, q, kv: valid[b, kv])
+    assert mask.full_kv_num_blocks.sum() > 0 and refined.full_kv_num_blocks is None
+    assert torch.equal(tiles_computed(refined), tiles_computed(mask))  # the same tiles, partial
     assert_backward_lists_transpose(refined)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     expected = causal & valid[:, None, None, :]
     assert torch.equal(effective_mask(refined, B, 1, T, T), expected)
+    # the next call's refinement reuses the cached tile lists: nothing is rebuilt or re-sorted
+    again = flex.block_mask(static, T, T, cpu, refine=lambda b, h, q, kv: ~valid[b, kv])
+    for name in ("kv_num_blocks", "kv_indices", "q_num_blocks", "q_indices"):
+        assert getattr(again, name) is getattr(refined, name)
+    assert torch.equal(effective_mask(again, B, 1, T, T), causal & ~valid[:, None, None, :])
 
 
 def test_block_masks_are_built_once_per_shape_and_options():

@@ -62,6 +62,20 @@ def test_sliding_window_with_dilation_padding_and_global_keys(causal):
 
 
 @torch.no_grad()
+def test_a_cached_band_serves_layers_with_any_head_count(monkeypatch):
+    """One dilation for every head: the band's cached mask (and the options its mask_mod reads)
+    must not depend on the head count of the first layer that built it."""
+    monkeypatch.setattr(flex, "_CACHE", {})
+    for heads, dilation in ((2, 2), (4, 2), (1, 2), (3, 2), (2, (1, 3)), (3, (1, 3, 2))):
+        q, k, v = (torch.randn(1, heads, T, K, dtype=F64) for _ in range(3))
+        options = dict(window=9, causal=True, dilation=dilation)
+        close(
+            flex_window.sliding_window_attention(q, k, v, **options),
+            window.sliding_window_attention(q, k, v, **options),
+        )
+
+
+@torch.no_grad()
 def test_local_blocks_and_clusters():
     q, k, v = qkv()
     valid = torch.rand(B, T) > 0.2
@@ -165,9 +179,10 @@ def test_a_padded_two_sided_longformer_encoder_gives_the_same_outputs(monkeypatc
     close(model(x).logits, explicit)
 
 
-def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
+def test_the_twins_run_on_cuda_only_without_dropout_or_recording(monkeypatch):
     from formers.kernels.record import AttentionRecorder
 
+    monkeypatch.setattr(flex, "_HAS_TRITON", True)
     q = torch.randn(1, 2, 8, 16)
     assert not sparse.runs_on_flex(q)  # CPU: the explicit kernels
     meta = torch.empty(1, 2, 8, 16, device="meta")
@@ -182,6 +197,8 @@ def test_the_twins_run_on_cuda_only_without_dropout_or_recording():
     assert not sparse.runs_on_flex(narrow)
     one_query = type("Step", (), {"device": torch.device("cuda"), "shape": (1, 2, 1, 16)})()
     assert not sparse.runs_on_flex(one_query)  # a decoding step
+    monkeypatch.setattr(flex, "_HAS_TRITON", False)  # a CUDA torch without Triton: no fused
+    assert not sparse.runs_on_flex(cuda_like)  # kernels, FlexAttention would run dense
 
 
 @torch.no_grad()
