@@ -59,7 +59,7 @@ from formers.train.step import (
     LossFn,
     Read,
     StepRecord,
-    compiled,
+    compiled_training_loss,
     training_loss,
     wants_compile,
 )
@@ -343,9 +343,10 @@ def _restore(
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
     autocast = autocast_for(tc.precision, env.device, sharded=sharded)
     compiling = wants_compile(tc.compile, env.device)
-    loss_fn = training_loss(task, train_model, tc.aux_loss_coef)
     if compiling:
-        loss_fn = compiled(loss_fn)
+        loss_fn = compiled_training_loss(task, train_model, tc.aux_loss_coef, env.enabled)
+    else:
+        loss_fn = training_loss(task, train_model, tc.aux_loss_coef)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None
     return Run(
         cfg=cfg,
