@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from formers.errors import FormersError
 from formers.kernels.host_reads import no_host_reads
-from formers.layers.statistics import fold_statistics
+from formers.layers.statistics import fold_statistics, note_statistics
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import (
@@ -441,6 +441,7 @@ def take_step(run: Run, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int
 def read_steps(run: Run) -> Read:
     """Read what the steps since the last read left on the device (one sync)."""
     read = run.record.read()
+    note_statistics(run.model)  # the device is idle now: what a module may keep on the host
     if read.divergence is None:
         run.unread.clear()
         run.last_finite = read.last_finite or run.last_finite

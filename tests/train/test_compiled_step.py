@@ -22,6 +22,7 @@ from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
 from formers.train.step import training_loss, wants_compile
 from formers.train.tasks import task_for
+from formers.variants.routing.kmeans import OnlineKMeans
 
 PRESETS = list(formers.PRESETS)
 
@@ -88,6 +89,8 @@ def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
         assert not reads.seen, reads.seen
         read = trainer.read_steps(run)  # and the numbers are there to read afterwards
         assert read.divergence is None and read.loss > 0 and read.grad_norm > 0
+        # the read told routing's k-means it has started: later steps skip its initialisation
+        assert all(m.known_ready for m in run.model.modules() if isinstance(m, OnlineKMeans))
     finally:
         run.lock.release()
 
