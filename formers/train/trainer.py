@@ -209,9 +209,13 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             eval_now = bool(tc.eval_every) and step % tc.eval_every == 0 and step < tc.max_steps
             save_now = bool(tc.save_every) and step % tc.save_every == 0
             ends = stop_now or step >= tc.max_steps
-            if read is None and (eval_now or save_now or ends) and diverges(run, read_steps(run)):
-                stopped = "nonfinite"
-                break
+            if read is None and (eval_now or save_now or ends):
+                wait = time.perf_counter()
+                read = read_steps(run)  # the device's wait for the steps is training time too
+                run.seconds += time.perf_counter() - wait
+                if diverges(run, read):
+                    stopped = "nonfinite"
+                    break
             if eval_now:
                 valid = evaluate_now(run, tc.eval_tokens, bar)
             if stop_now:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import traceback
 
 import pytest
@@ -18,9 +19,10 @@ import formers
 from formers.errors import ConfigError
 from formers.kernels.host_reads import no_host_reads
 from formers.train import trainer
+from formers.train.checkpoint import latest_checkpoint, read_train_state
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
-from formers.train.step import training_loss, wants_compile
+from formers.train.step import StepRecord, training_loss, wants_compile
 from formers.train.tasks import task_for
 from formers.variants.routing.kmeans import OnlineKMeans
 
@@ -132,3 +134,31 @@ def test_a_compiled_run_trains_as_the_eager_run_and_says_what_compiling_cost(
     assert "compile_seconds" in got[1] and "compile_seconds" not in want[1]
     assert result.valid.loss == pytest.approx(eager.valid.loss, rel=1e-5)
     assert "train.compile: the first step took" in capsys.readouterr().err
+
+
+def test_the_wait_at_every_read_of_the_device_counts_as_training_time(tmp_path, monkeypatch):
+    # a read waits for the steps queued on the device: that wait is their time, whether the read
+    # is for a log or for a save, evaluation or the end. A clock that jumps 100 s at each read
+    # (on the CPU the wait is nothing) shows which reads the run's seconds count.
+    class Clock:
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + Clock.offset
+
+    read = StepRecord.read
+
+    def slow_read(self):
+        Clock.offset += 100.0
+        return read(self)
+
+    monkeypatch.setattr(trainer, "time", Clock)
+    monkeypatch.setattr(StepRecord, "read", slow_read)
+    # reads at step 1 (the first log), at the save of step 2 and at the end (step 3)
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=3, log_every=100, eval_every=0,
+                               save_every=2)  # fmt: skip
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    assert 300 <= result.train_seconds < 400, result.train_seconds
+    saved = read_train_state(latest_checkpoint(tmp_path / "run"))
+    assert saved.step == 3 and saved.extra["train_seconds"] == result.train_seconds
