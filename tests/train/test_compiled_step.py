@@ -73,14 +73,23 @@ class ReadsBack(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ in READS_BACK:
             ours = [f for f in traceback.extract_stack() if f"formers{os.sep}" in f.filename]
-            where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
-            self.seen.append(f"{func} at {where if ours else '?'}")
+            where = "?"
+            if ours:
+                where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
+            self.seen.append(f"{func} at {where}")
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
-    cfg = tiny_training_config(name, tmp_path, grad_accum=2)
+# the presets, and Longformer's global tokens with a dilation per head and attention dropout
+# (its preset has neither)
+LONGFORMER_GLOBAL = {"attention.window": 4, "attention.dilation": [1, 2, 1, 2],
+                     "attention.global_tokens": [5, 0], "attn_dropout": 0.1}  # fmt: skip
+READ_FREE = [*((name, None) for name in PRESETS), ("longformer", LONGFORMER_GLOBAL)]
+
+
+@pytest.mark.parametrize(("name", "model"), READ_FREE, ids=[*PRESETS, "longformer-global"])
+def test_the_trainers_step_reads_nothing_back_from_the_device(name, model, tmp_path):
+    cfg = tiny_training_config(name, tmp_path, model=model, grad_accum=2)
     run = trainer.start(cfg, tmp_path / "run", False, None)
     try:
         batches = [next(run.batches) for _ in range(4)]
