@@ -199,6 +199,7 @@ def test_commitment_loss_is_its_formula_and_reaches_only_the_projections():
     mask = AttentionMask(causal=True, key_valid=valid)
     attn(x, mask=mask).sum().backward()  # initialise
     assert attn.aux_loss.item() == 0  # no centroids yet, nothing to commit to
+    assert attn.metrics["commitment"].item() == 0  # nor a distance to zero centroids to report
     attn.clear_reports()
     attn(x, mask=mask)
     q = attn.project(x)[0].detach()  # (B, R, T, K), q = k for routed heads
