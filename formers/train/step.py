@@ -107,7 +107,7 @@ class StepRecord:
     norm and diagnostics, and, for the guard, the first step that was not finite.
 
     The loss is summed over micro-batches in float64 (float32 where the device has no float64),
-    as the host summed `loss.item()`s before, so the logged losses are the same.
+    as a sum of Python floats on the host would be.
 
     Args:
         device: where the step runs.
