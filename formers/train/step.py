@@ -51,7 +51,8 @@ def compiled(loss: LossFn) -> LossFn:
         except torch._dynamo.exc.BackendCompilerFailed as error:
             raise FormersError(
                 f"train.compile: the compiler failed on this model's training step "
-                f"({first_line(error)}); train without it: set train.compile false"
+                f"({first_line(getattr(error, 'inner_exception', error))}); train without it: "
+                "set train.compile false"
             ) from None
         except torch._dynamo.exc.FailOnRecompileLimitHit as error:
             raise FormersError(

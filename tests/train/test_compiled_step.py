@@ -16,13 +16,13 @@ from helpers import Replay, run_steps, tiny_training_config, two_batches
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import formers
-from formers.errors import ConfigError
+from formers.errors import ConfigError, FormersError
 from formers.kernels.host_reads import no_host_reads
 from formers.train import trainer
 from formers.train.checkpoint import latest_checkpoint, read_train_state
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
-from formers.train.step import StepRecord, training_loss, wants_compile
+from formers.train.step import StepRecord, compiled, training_loss, wants_compile
 from formers.train.tasks import task_for
 from formers.variants.routing.kmeans import OnlineKMeans
 
@@ -171,3 +171,32 @@ def test_the_wait_at_every_read_of_the_device_counts_as_training_time(tmp_path, 
     assert 300 <= result.train_seconds < 400, result.train_seconds
     saved = read_train_state(latest_checkpoint(tmp_path / "run"))
     assert saved.step == 3 and saved.extra["train_seconds"] == result.train_seconds
+
+
+def test_a_compiler_failure_a_graph_break_and_endless_recompiles_are_each_said(monkeypatch):
+    compile_ = torch.compile
+    backend = ["eager"]
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=backend[0], **kw))
+
+    def broken(graph, inputs):
+        raise RuntimeError("no kernel for this op")
+
+    torch._dynamo.reset()
+    backend[0] = broken
+    step = compiled(lambda batch, memory: (batch.sum(), None))
+    with pytest.raises(FormersError, match=r"the compiler failed .*no kernel.*train.compile false"):
+        step(torch.ones(3), None)
+    backend[0] = "eager"
+
+    def breaks(batch, memory):
+        torch._dynamo.graph_break()
+        return batch.sum(), None
+
+    step = compiled(breaks)
+    with pytest.raises(FormersError, match="does not compile as one graph"):
+        step(torch.ones(3), None)
+    step = compiled(lambda batch, memory: (batch.sum(), None))
+    with torch._dynamo.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):
+        step(torch.ones(3), None)
+        with pytest.raises(FormersError, match="recompiles at every step"):
+            step(torch.ones(4, dtype=torch.float64), None)
