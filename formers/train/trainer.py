@@ -45,7 +45,13 @@ from formers.train.divergence import Divergence
 from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer, step_unless
 from formers.train.precision import autocast_for
-from formers.train.progress import advance_bar, log_step, progress_bar, time_first_step
+from formers.train.progress import (
+    advance_bar,
+    log_step,
+    progress_bar,
+    time_first_step,
+    timing_first_steps,
+)
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable
 from formers.train.run_folder import (
@@ -75,8 +81,9 @@ class TrainResult:
     saved), "finished" (a resumed run that had already reached max_steps: nothing was done) or
     "nonfinite" (the loss or gradient norm was NaN or infinite: `divergence` says where; that
     step's weights were not kept and nothing was saved after the last checkpoint).
-    `compile_seconds`, with `train.compile`: how much longer the first step took than the
-    steps after it (the whole first step when none followed).
+    `compile_seconds`, with `train.compile`: how much longer the first two steps took than two
+    of the steps after them (the first steps' whole time when none followed; the second step
+    compiles again where its inputs differ from the first's).
     """
 
     run_dir: Path
@@ -119,7 +126,8 @@ class Run:
     others: OthersShare | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)  # (step, tokens) since a read
     compiling: bool = False
-    first_step: tuple[int, float, float] | None = None  # compiled: (step, seconds, end time)
+    # compiled: (first steps timed, their seconds, end time, last of them)
+    first_step: tuple[int, float, float, int] | None = None
     compile_seconds: float | None = None
 
 
@@ -191,7 +199,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             # the device's numbers are read only where the run logs, evaluates, saves or ends:
             # a step that was not finite stops it there, before anything is kept
             read = logged = None
-            timing = run.compiling and run.first_step is None
+            timing = timing_first_steps(run)
             if step % tc.log_every == 0 or step == 1 or timing:
                 read = read_steps(run)  # waits for the device: the wait is the steps' time
             run.seconds += time.perf_counter() - step_start
@@ -229,7 +237,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     if stopped not in ("signal", "nonfinite"):
         valid = evaluate_now(run, None, None)
     finish(run, stopped)
-    if run.first_step is not None and run.compile_seconds is None:  # no step came after it
+    if run.first_step is not None and run.compile_seconds is None:  # no step came after them
         run.compile_seconds = run.first_step[1]
     return TrainResult(
         run.run_dir,

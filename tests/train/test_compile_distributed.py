@@ -44,12 +44,12 @@ def test_a_compiled_two_process_run_trains_as_one_eager_process(strategy, tmp_pa
     env = {**os.environ, "PYTHONPATH": paths}
     launched = subprocess.run([*TORCHRUN, str(WORKER), *compiled], env=env, **flags)
     assert launched.returncode == 0, launched.stderr[-3000:]
-    assert "train.compile: the first step took" in launched.stderr
+    assert "train.compile: the first steps took" in launched.stderr
     want, got = (read_metrics(tmp_path / run, "train") for run in ("one", "two"))
     assert [r["tokens"] for r in got] == [r["tokens"] for r in want] == [64, 128]
     for a, b in zip(want, got, strict=True):
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
-    assert "compile_seconds" in got[1]
+    assert "compile_seconds" not in got[1]  # the first two steps compile
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:

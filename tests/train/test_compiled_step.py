@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import formers
 from formers.errors import ConfigError, FormersError
 from formers.kernels.host_reads import no_host_reads
-from formers.train import trainer
+from formers.train import progress, trainer
 from formers.train.checkpoint import latest_checkpoint, read_train_state
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
@@ -140,9 +140,9 @@ def test_a_compiled_run_trains_as_the_eager_run_and_says_what_compiling_cost(
     assert [r["step"] for r in got] == [1, 2, 4]
     for a, b in zip(got, want, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-    assert "compile_seconds" in got[1] and "compile_seconds" not in want[1]
+    assert "compile_seconds" in got[2] and "compile_seconds" not in want[2]  # after step 2
     assert result.valid.loss == pytest.approx(eager.valid.loss, rel=1e-5)
-    assert "train.compile: the first step took" in capsys.readouterr().err
+    assert "train.compile: the first steps took" in capsys.readouterr().err
 
 
 def test_the_wait_at_every_read_of_the_device_counts_as_training_time(tmp_path, monkeypatch):
@@ -200,3 +200,34 @@ def test_a_compiler_failure_a_graph_break_and_endless_recompiles_are_each_said(m
         step(torch.ones(3), None)
         with pytest.raises(FormersError, match="recompiles at every step"):
             step(torch.ones(4, dtype=torch.float64), None)
+
+
+def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monkeypatch):
+    # Transformer-XL's second step compiles again (its memory was None at the first): a clock
+    # that jumps 100 s in the first step and 50 s in the second shows those 150 s as compiling
+    class Clock:
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + Clock.offset
+
+    def slow_first_steps(task, model, coef, wrapped):
+        loss, calls = training_loss(task, model, coef), []
+
+        def run(batch, memory):
+            calls.append(1)
+            Clock.offset += {1: 100.0, 2: 50.0}.get(len(calls), 0.0)
+            return loss(batch, memory)
+
+        return run
+
+    monkeypatch.setattr(trainer, "time", Clock)
+    monkeypatch.setattr(progress, "time", Clock)
+    monkeypatch.setattr(trainer, "compiled_training_loss", slow_first_steps)
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=4, log_every=2, eval_every=0,
+                               compile=True)  # fmt: skip
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    assert result.compile_seconds == pytest.approx(150.0, abs=5.0)
+    logged = read_metrics(tmp_path / "run", "train")
+    assert logged[-1]["step"] == 4 and logged[-1]["compile_seconds"] == result.compile_seconds
