@@ -138,9 +138,10 @@ def run_formers(*args, check: bool = True, **kwargs) -> subprocess.CompletedProc
     return result
 
 
-def tiny_training_config(name: str, folder, n_layers: int = 2, **train):
+def tiny_training_config(name: str, folder, n_layers: int = 2, model=None, **train):
     """A run config of a few-thousand-parameter `name` on a tiny corpus written into `folder`
-    (text for language models, toy pairs for the encoder–decoder), dropout off."""
+    (text for language models, toy pairs for the encoder–decoder), dropout off; `model`: more
+    model fields ({"attention.window": 4})."""
     from formers.train.config import run_config
 
     if formers.PRESETS[name]().arch == "encoder_decoder":
@@ -163,6 +164,7 @@ def tiny_training_config(name: str, folder, n_layers: int = 2, **train):
         "train.precision": "fp32",
         **data,
     }
+    overrides.update({f"model.{k}": v for k, v in (model or {}).items()})
     overrides.update({f"train.{k}": v for k, v in train.items()})
     return run_config(name, overrides)
 

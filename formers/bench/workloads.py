@@ -106,7 +106,8 @@ class TrainStep(_Workload):
         train_cfg: optimizer, clipping and aux-loss settings (TrainConfig defaults).
         optimizer: reuse an optimizer (and its state) built for this model.
         compile_backend: run the model's forward (and with it the backward) through
-            `torch.compile` with this backend, as `--train.compile` does ("inductor": torch's
+            `torch.compile` with this backend (`--train.compile` compiles forward and loss
+            together as one graph; this, the forward alone) ("inductor": torch's
             default; "eager": tracing only, for tests); None: eager. Memory is filled eagerly.
     """
 

@@ -125,9 +125,11 @@ def _per_head_dilation(
     band: _Band,
 ) -> Tensor:
     """Heads sharing a dilation run together, then return to their places."""
-    outputs, order = [], []
+    outputs, order = [], _grouped_heads(groups, q.shape[1], q.device)
+    start = 0
     for d, head_ids in groups.items():
-        index = torch.tensor(head_ids, device=q.device)
+        index = order[start : start + len(head_ids)]  # (H_d,) this group's heads
+        start += len(head_ids)
         head_globals = None
         if globals_ is not None:
             head_globals = globals_._replace(k=globals_.k[:, index], v=globals_.v[:, index])
@@ -135,8 +137,7 @@ def _per_head_dilation(
         outputs.append(
             _dilated_attention(heads_q, heads_k, heads_v, d, band_valid, head_globals, band)
         )
-        order.extend(head_ids)
-    inverse = torch.argsort(torch.tensor(order, device=q.device))
+    inverse = torch.argsort(order)
     if recording():
         report(torch.cat(take_reports(len(groups)), dim=1).index_select(1, inverse))
     return torch.cat(outputs, dim=1).index_select(1, inverse)  # (B, H, T, K)
@@ -320,6 +321,18 @@ def head_dilations(dilation: int | Sequence[int], heads: int) -> list[int]:
         if isinstance(d, bool) or not isinstance(d, int) or d < 1:
             raise InputError(f"dilation {d!r} must be a positive integer (1: no gaps)")
     return values
+
+
+def _grouped_heads(groups: dict[int, list[int]], heads: int, device: torch.device) -> Tensor:
+    """(H,) the heads of `groups` one group after another, each in increasing order, made on
+    the device from Python ints: a tensor made from a list would be a host-to-device copy that
+    a GPU step waits for."""
+    every = torch.arange(heads, device=device)
+    group_of = torch.zeros_like(every)
+    for g, head_ids in enumerate(groups.values()):
+        for head in head_ids:
+            group_of = group_of + g * (every == head)
+    return torch.sort(group_of, stable=True).indices
 
 
 def _heads_by_dilation(dilations: list[int]) -> dict[int, list[int]]:

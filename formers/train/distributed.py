@@ -100,19 +100,19 @@ def wrap(
 def micro_batch(model: nn.Module, env: Distributed, last: bool) -> Iterator[None]:
     """Around one micro-batch's forward and backward: gradients are averaged over processes on
     the last micro-batch of a step only, and under FSDP rank 0's persistent buffers are taken
-    first (DDP does that itself)."""
-    inner = getattr(model, "_orig_mod", model)  # under torch.compile
+    first (DDP does that itself). `model` is the wrapper itself (`train.compile` compiles it
+    inside the training loss, `formers.train.step`)."""
     if not env.enabled:
         yield
-    elif isinstance(inner, nn.parallel.DistributedDataParallel):
+    elif isinstance(model, nn.parallel.DistributedDataParallel):
         if last:
             yield
         else:
-            with inner.no_sync():
+            with model.no_sync():
                 yield
     else:
-        fsdp.sync_buffers(inner)
-        inner.set_requires_gradient_sync(last)
+        fsdp.sync_buffers(model)
+        model.set_requires_gradient_sync(last)
         yield
 
 

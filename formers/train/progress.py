@@ -1,5 +1,5 @@
 """What the trainer shows while it trains: the train records of metrics.jsonl, the progress
-bar, and under `train.compile` the seconds the first step took more than the steps after it.
+bar, and under `train.compile` the seconds the first steps took more than the steps after them.
 
 Everything here runs at a read of the device (`formers.train.step`), never inside a step.
 """
@@ -19,17 +19,30 @@ if TYPE_CHECKING:
     from formers.train.trainer import Run
 
 
+# the steps whose time counts as compiling: the second compiles again where its inputs differ
+# from the first's (Transformer-XL's memory: none, then a tensor; translation batches' shapes,
+# then made dynamic)
+COMPILING_STEPS = 2
+
+
+def timing_first_steps(run: Run) -> bool:
+    """Whether this step is one of the first `COMPILING_STEPS` of a compiled run's process."""
+    return run.compiling and (run.first_step is None or run.first_step[0] < COMPILING_STEPS)
+
+
 def time_first_step(run: Run, step_start: float) -> None:
-    """Under `train.compile`, when the first step of this process has been read: its time."""
+    """Under `train.compile`, when one of the first steps of this process has been read: the
+    first steps' time so far."""
     now = time.perf_counter()
-    run.first_step = (run.state.step, now - step_start, now)
+    steps, seconds = (0, 0.0) if run.first_step is None else run.first_step[:2]
+    run.first_step = (steps + 1, seconds + now - step_start, now, run.state.step)
 
 
 def log_step(run: Run, read: Read, lr: float) -> tuple[float, float]:
     """Log the loss and the model's diagnostics (averaged over processes), the rate and the
-    throughput; with `train.compile`, at the first log after the first step, the compile
-    seconds (the first step's time less the mean of those after it). Returns the loss and
-    the throughput."""
+    throughput; with `train.compile`, at the first log after the first steps, the compile
+    seconds (the first steps' time less as many steps at the mean of those after them).
+    Returns the loss and the throughput."""
     step = run.state.step
     mean_loss = distributed.all_reduce_mean(read.loss, run.env)
     diagnostics = {
@@ -41,12 +54,13 @@ def log_step(run: Run, read: Read, lr: float) -> tuple[float, float]:
     run.window = {"tokens": 0.0, "start": now}
     share = None if run.others is None else run.others.take()
     extra = {} if share is None else {"others_cpu": share}
-    if run.first_step is not None and run.compile_seconds is None and step > run.first_step[0]:
-        first, seconds, end = run.first_step
-        run.compile_seconds = max(0.0, seconds - (now - end) / (step - first))
+    first = run.first_step
+    if first is not None and run.compile_seconds is None and step > first[3]:
+        steps, seconds, end, last = first
+        run.compile_seconds = max(0.0, seconds - steps * (now - end) / (step - last))
         extra["compile_seconds"] = run.compile_seconds
         if run.env.is_main:
-            say(f"train.compile: the first step took {run.compile_seconds:.1f} s more")
+            say(f"train.compile: the first steps took {run.compile_seconds:.1f} s more")
     if run.log is not None:
         run.log.log(
             "train",

@@ -41,20 +41,50 @@ def compiled(loss: LossFn) -> LossFn:
     """`loss` compiled as one graph; its backward is one graph too (AOTAutograd's).
 
     A model that does not trace as one graph is refused in one line rather than trained in
-    pieces (a graph break in the step means a host sync, or Python between the pieces)."""
+    pieces (a graph break in the step means a host sync, or Python between the pieces); so is
+    one the compiler fails on, or one that keeps recompiling."""
     graph = torch.compile(loss, fullgraph=True)
 
     def run(batch: Batch, memory: Any) -> tuple[Tensor, StepOutput]:
         try:
             return graph(batch, memory)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            raise FormersError(
+                f"train.compile: the compiler failed on this model's training step "
+                f"({first_line(getattr(error, 'inner_exception', error))}); train without it: "
+                "set train.compile false"
+            ) from None
+        except torch._dynamo.exc.FailOnRecompileLimitHit as error:
+            raise FormersError(
+                f"train.compile: this model's training step recompiles at every step "
+                f"({first_line(error)}); train without it: set train.compile false"
+            ) from None
         except torch._dynamo.exc.TorchDynamoException as error:
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
             raise FormersError(
                 f"train.compile: this model's training step does not compile as one graph "
-                f"({first}); train without it: set train.compile false"
+                f"({first_line(error)}); train without it: set train.compile false"
             ) from None
 
     return run
+
+
+def first_line(error: Exception) -> str:
+    """The first line of `error`'s message (its type's name when it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def compiled_training_loss(
+    task: Task, train_model: nn.Module, aux_loss_coef: float, wrapped: bool
+) -> LossFn:
+    """`training_loss` under `train.compile`: one graph (`compiled`) for a model alone; for a
+    model `wrapped` by DDP or FSDP, whose forward (DDP's bucketing, FSDP2's gather and free
+    hooks) dynamo cannot trace as one graph, the wrapped model compiled as torch supports it
+    (graph breaks at the wrapper's hooks, DDP's graphs split at its gradient buckets) and the
+    loss around it eager."""
+    if wrapped:
+        return training_loss(task, torch.compile(train_model), aux_loss_coef)
+    return compiled(training_loss(task, train_model, aux_loss_coef))
 
 
 def wants_compile(setting: bool | str, device: torch.device) -> bool:
@@ -78,7 +108,7 @@ class StepRecord:
     norm and diagnostics, and, for the guard, the first step that was not finite.
 
     The loss is summed over micro-batches in float64 (float32 where the device has no float64),
-    as the host summed `loss.item()`s before, so the logged losses are the same.
+    as a sum of Python floats on the host would be.
 
     Args:
         device: where the step runs.

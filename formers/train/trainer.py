@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from formers.errors import FormersError
 from formers.kernels.host_reads import no_host_reads
-from formers.layers.statistics import fold_statistics
+from formers.layers.statistics import fold_statistics, note_statistics
 from formers.models import build
 from formers.train import distributed
 from formers.train.checkpoint import (
@@ -46,7 +46,13 @@ from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.optim import make_optimizer, step_unless
 from formers.train.pace import Pace
 from formers.train.precision import autocast_for, precision_note, resolve_precision
-from formers.train.progress import advance_bar, log_step, progress_bar, time_first_step
+from formers.train.progress import (
+    advance_bar,
+    log_step,
+    progress_bar,
+    time_first_step,
+    timing_first_steps,
+)
 from formers.train.reshard import fresh_seed, keep_streams
 from formers.train.resume import check_resumable, nothing_left, warmup_left
 from formers.train.run_folder import (
@@ -60,7 +66,7 @@ from formers.train.step import (
     LossFn,
     Read,
     StepRecord,
-    compiled,
+    compiled_training_loss,
     training_loss,
     wants_compile,
 )
@@ -76,8 +82,9 @@ class TrainResult:
     saved), "finished" (a resumed run that had already reached max_steps: nothing was done) or
     "nonfinite" (the loss or gradient norm was NaN or infinite: `divergence` says where; that
     step's weights were not kept and nothing was saved after the last checkpoint).
-    `compile_seconds`, with `train.compile`: how much longer the first step took than the
-    steps after it (the whole first step when none followed).
+    `compile_seconds`, with `train.compile`: how much longer the first two steps took than two
+    of the steps after them (the first steps' whole time when none followed; the second step
+    compiles again where its inputs differ from the first's).
     """
 
     run_dir: Path
@@ -120,7 +127,8 @@ class Run:
     others: OthersShare | None = None
     unread: list[tuple[int, int]] = field(default_factory=list)  # (step, tokens) since a read
     compiling: bool = False
-    first_step: tuple[int, float, float] | None = None  # compiled: (step, seconds, end time)
+    # compiled: (first steps timed, their seconds, end time, last of them)
+    first_step: tuple[int, float, float, int] | None = None
     compile_seconds: float | None = None
 
 
@@ -193,7 +201,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             # the device's numbers are read only where the run logs, evaluates, saves or ends:
             # a step that was not finite stops it there, before anything is kept
             read = logged = None
-            timing = run.compiling and run.first_step is None
+            timing = timing_first_steps(run)
             if step % tc.log_every == 0 or step == 1 or timing:
                 read = read_steps(run)  # waits for the device: the wait is the steps' time
             run.seconds += time.perf_counter() - step_start
@@ -214,9 +222,13 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
             eval_now = bool(tc.eval_every) and step % tc.eval_every == 0 and step < tc.max_steps
             save_now = bool(tc.save_every) and step % tc.save_every == 0
             ends = stop_now or step >= tc.max_steps
-            if read is None and (eval_now or save_now or ends) and diverges(run, read_steps(run)):
-                stopped = "nonfinite"
-                break
+            if read is None and (eval_now or save_now or ends):
+                wait = time.perf_counter()
+                read = read_steps(run)  # the device's wait for the steps is training time too
+                run.seconds += time.perf_counter() - wait
+                if diverges(run, read):
+                    stopped = "nonfinite"
+                    break
             if eval_now:
                 valid = evaluate_now(run, tc.eval_tokens, bar)
             if stop_now:
@@ -230,7 +242,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     if stopped not in ("signal", "nonfinite"):
         valid = evaluate_now(run, None, None)
     finish(run, stopped)
-    if run.first_step is not None and run.compile_seconds is None:  # no step came after it
+    if run.first_step is not None and run.compile_seconds is None:  # no step came after them
         run.compile_seconds = run.first_step[1]
     return TrainResult(
         run.run_dir,
@@ -354,9 +366,10 @@ def _restore(
     train_model = model if sharded else distributed.wrap(model, env, tc.distributed)
     autocast = autocast_for(tc.precision, env.device, sharded=sharded)
     compiling = wants_compile(tc.compile, env.device)
-    loss_fn = training_loss(task, train_model, tc.aux_loss_coef)
     if compiling:
-        loss_fn = compiled(loss_fn)
+        loss_fn = compiled_training_loss(task, train_model, tc.aux_loss_coef, env.enabled)
+    else:
+        loss_fn = training_loss(task, train_model, tc.aux_loss_coef)
     log = MetricsLog(run_dir, state.step if checkpoint else None) if env.is_main else None
     return Run(
         cfg=cfg,
@@ -451,6 +464,7 @@ def take_step(run: Run, loss: torch.Tensor, grad_norm: torch.Tensor, tokens: int
 def read_steps(run: Run) -> Read:
     """Read what the steps since the last read left on the device (one sync)."""
     read = run.record.read()
+    note_statistics(run.model)  # the device is idle now: what a module may keep on the host
     if read.divergence is None:
         run.unread.clear()
         run.last_finite = read.last_finite or run.last_finite

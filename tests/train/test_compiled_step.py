@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import traceback
 
 import pytest
@@ -15,13 +16,15 @@ from helpers import Replay, run_steps, tiny_training_config, two_batches
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import formers
-from formers.errors import ConfigError
+from formers.errors import ConfigError, FormersError
 from formers.kernels.host_reads import no_host_reads
-from formers.train import trainer
+from formers.train import progress, trainer
+from formers.train.checkpoint import latest_checkpoint, read_train_state
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
-from formers.train.step import training_loss, wants_compile
+from formers.train.step import StepRecord, compiled, training_loss, wants_compile
 from formers.train.tasks import task_for
+from formers.variants.routing.kmeans import OnlineKMeans
 
 PRESETS = list(formers.PRESETS)
 
@@ -70,14 +73,23 @@ class ReadsBack(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ in READS_BACK:
             ours = [f for f in traceback.extract_stack() if f"formers{os.sep}" in f.filename]
-            where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
-            self.seen.append(f"{func} at {where if ours else '?'}")
+            where = "?"
+            if ours:
+                where = f"{ours[-1].filename.split('formers' + os.sep)[-1]}:{ours[-1].lineno}"
+            self.seen.append(f"{func} at {where}")
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
-    cfg = tiny_training_config(name, tmp_path, grad_accum=2)
+# the presets, and Longformer's global tokens with a dilation per head and attention dropout
+# (its preset has neither)
+LONGFORMER_GLOBAL = {"attention.window": 4, "attention.dilation": [1, 2, 1, 2],
+                     "attention.global_tokens": [5, 0], "attn_dropout": 0.1}  # fmt: skip
+READ_FREE = [*((name, None) for name in PRESETS), ("longformer", LONGFORMER_GLOBAL)]
+
+
+@pytest.mark.parametrize(("name", "model"), READ_FREE, ids=[*PRESETS, "longformer-global"])
+def test_the_trainers_step_reads_nothing_back_from_the_device(name, model, tmp_path):
+    cfg = tiny_training_config(name, tmp_path, model=model, grad_accum=2)
     run = trainer.start(cfg, tmp_path / "run", False, None)
     try:
         batches = [next(run.batches) for _ in range(4)]
@@ -88,6 +100,8 @@ def test_the_trainers_step_reads_nothing_back_from_the_device(name, tmp_path):
         assert not reads.seen, reads.seen
         read = trainer.read_steps(run)  # and the numbers are there to read afterwards
         assert read.divergence is None and read.loss > 0 and read.grad_norm > 0
+        # the read told routing's k-means it has started: later steps skip its initialisation
+        assert all(m.known_ready for m in run.model.modules() if isinstance(m, OnlineKMeans))
     finally:
         run.lock.release()
 
@@ -126,6 +140,94 @@ def test_a_compiled_run_trains_as_the_eager_run_and_says_what_compiling_cost(
     assert [r["step"] for r in got] == [1, 2, 4]
     for a, b in zip(got, want, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-    assert "compile_seconds" in got[1] and "compile_seconds" not in want[1]
+    assert "compile_seconds" in got[2] and "compile_seconds" not in want[2]  # after step 2
     assert result.valid.loss == pytest.approx(eager.valid.loss, rel=1e-5)
-    assert "train.compile: the first step took" in capsys.readouterr().err
+    assert "train.compile: the first steps took" in capsys.readouterr().err
+
+
+def test_the_wait_at_every_read_of_the_device_counts_as_training_time(tmp_path, monkeypatch):
+    # a read waits for the steps queued on the device: that wait is their time, whether the read
+    # is for a log or for a save, evaluation or the end. A clock that jumps 100 s at each read
+    # (on the CPU the wait is nothing) shows which reads the run's seconds count.
+    class Clock:
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + Clock.offset
+
+    read = StepRecord.read
+
+    def slow_read(self):
+        Clock.offset += 100.0
+        return read(self)
+
+    monkeypatch.setattr(trainer, "time", Clock)
+    monkeypatch.setattr(StepRecord, "read", slow_read)
+    # reads at step 1 (the first log), at the save of step 2 and at the end (step 3)
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=3, log_every=100, eval_every=0,
+                               save_every=2)  # fmt: skip
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    assert 300 <= result.train_seconds < 400, result.train_seconds
+    saved = read_train_state(latest_checkpoint(tmp_path / "run"))
+    assert saved.step == 3 and saved.extra["train_seconds"] == result.train_seconds
+
+
+def test_a_compiler_failure_a_graph_break_and_endless_recompiles_are_each_said(monkeypatch):
+    compile_ = torch.compile
+    backend = ["eager"]
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=backend[0], **kw))
+
+    def broken(graph, inputs):
+        raise RuntimeError("no kernel for this op")
+
+    torch._dynamo.reset()
+    backend[0] = broken
+    step = compiled(lambda batch, memory: (batch.sum(), None))
+    with pytest.raises(FormersError, match=r"the compiler failed .*no kernel.*train.compile false"):
+        step(torch.ones(3), None)
+    backend[0] = "eager"
+
+    def breaks(batch, memory):
+        torch._dynamo.graph_break()
+        return batch.sum(), None
+
+    step = compiled(breaks)
+    with pytest.raises(FormersError, match="does not compile as one graph"):
+        step(torch.ones(3), None)
+    step = compiled(lambda batch, memory: (batch.sum(), None))
+    with torch._dynamo.config.patch(recompile_limit=1, automatic_dynamic_shapes=False):
+        step(torch.ones(3), None)
+        with pytest.raises(FormersError, match="recompiles at every step"):
+            step(torch.ones(4, dtype=torch.float64), None)
+
+
+def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monkeypatch):
+    # Transformer-XL's second step compiles again (its memory was None at the first): a clock
+    # that jumps 100 s in the first step and 50 s in the second shows those 150 s as compiling
+    class Clock:
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + Clock.offset
+
+    def slow_first_steps(task, model, coef, wrapped):
+        loss, calls = training_loss(task, model, coef), []
+
+        def run(batch, memory):
+            calls.append(1)
+            Clock.offset += {1: 100.0, 2: 50.0}.get(len(calls), 0.0)
+            return loss(batch, memory)
+
+        return run
+
+    monkeypatch.setattr(trainer, "time", Clock)
+    monkeypatch.setattr(progress, "time", Clock)
+    monkeypatch.setattr(trainer, "compiled_training_loss", slow_first_steps)
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=4, log_every=2, eval_every=0,
+                               compile=True)  # fmt: skip
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    assert result.compile_seconds == pytest.approx(150.0, abs=5.0)
+    logged = read_metrics(tmp_path / "run", "train")
+    assert logged[-1]["step"] == 4 and logged[-1]["compile_seconds"] == result.compile_seconds

@@ -13,8 +13,10 @@ import formers
 from formers.infer import generate
 from formers.kernels.host_reads import no_host_reads
 from formers.layers.mask import AttentionMask
+from formers.layers.statistics import note_statistics
 from formers.train.checkpoint import TrainState, load_checkpoint, save_checkpoint
 from formers.variants.routing import RoutingAttention, RoutingConfig
+from formers.variants.routing import kmeans as kmeans_module
 from formers.variants.routing.kmeans import INIT_ITERATIONS
 
 V = 50
@@ -112,6 +114,41 @@ def check_centroids_start_from_data_then_move_by_the_ema_formula():
     assert kmeans.centroids.grad is None and not kmeans.centroids.requires_grad
 
 
+def test_without_host_reads_the_centroids_start_once_then_only_move(monkeypatch):
+    # a step that may not read the flag learns it from the read after the step (the trainer's
+    # log) and stops computing an initialisation it would throw away; loading a state forgets
+    starts = []
+    start = kmeans_module.initial_centroids
+    monkeypatch.setattr(
+        kmeans_module, "initial_centroids", lambda *args: starts.append(1) or start(*args)
+    )
+    model = routing_model().train()
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    reference = routing_model().train()  # reads allowed: branches on the flag
+    reference.load_state_dict(initial)
+    batches = [random_tokens(2, 20, V) for _ in range(3)]
+    after_first = []
+    for tokens in batches:
+        train_step(reference, tokens)
+        after_first = after_first or [m.kmeans.centroids.clone() for m in kmeans_layers(reference)]
+    layers = len(kmeans_layers(model))
+    starts.clear()
+    for tokens in batches:
+        with no_host_reads():
+            train_step(model, tokens)
+        note_statistics(model)  # the read after the step
+    assert len(starts) == layers  # the first step only
+    for a, b in zip(kmeans_layers(model), kmeans_layers(reference), strict=True):
+        assert a.kmeans.known_ready
+        torch.testing.assert_close(a.kmeans.centroids, b.kmeans.centroids, atol=1e-6, rtol=0)
+    model.load_state_dict(initial)  # not started: the next step starts them again
+    with no_host_reads():
+        train_step(model, batches[0])
+    assert len(starts) == 2 * layers
+    for a, want in zip(kmeans_layers(model), after_first, strict=True):
+        torch.testing.assert_close(a.kmeans.centroids, want, atol=1e-6, rtol=0)
+
+
 def nearest(point, centroids):
     return min(range(len(centroids)), key=lambda c: float(((point - centroids[c]) ** 2).sum()))
 
@@ -162,6 +199,7 @@ def test_commitment_loss_is_its_formula_and_reaches_only_the_projections():
     mask = AttentionMask(causal=True, key_valid=valid)
     attn(x, mask=mask).sum().backward()  # initialise
     assert attn.aux_loss.item() == 0  # no centroids yet, nothing to commit to
+    assert attn.metrics["commitment"].item() == 0  # nor a distance to zero centroids to report
     attn.clear_reports()
     attn(x, mask=mask)
     q = attn.project(x)[0].detach()  # (B, R, T, K), q = k for routed heads

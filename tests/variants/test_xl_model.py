@@ -149,6 +149,10 @@ def test_no_gradient_flows_into_memory():
     model(tokens[:, 6:], targets[:, 6:], memory=memory).loss.backward()
     for got, want in zip(with_graph, (p.grad for p in model.parameters()), strict=True):
         torch.testing.assert_close(got, want)
+    # a memory passed in with a graph of its own: the next memory still has none
+    memory = [m.clone().requires_grad_() for m in memory]
+    out = model(tokens[:, 6:], targets[:, 6:], memory=memory)
+    assert all(m.grad_fn is None and not m.requires_grad for m in out.memory)
 
 
 @pytest.mark.parametrize("same_length", [False, True])

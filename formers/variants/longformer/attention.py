@@ -107,6 +107,12 @@ class LongformerAttention(MultiHeadAttention):
     def __init__(self, d_model: int, n_heads: int, options: LongformerConfig, dropout: float = 0.0):
         super().__init__(d_model, n_heads, dropout=dropout, bias=options.bias)
         self.options = options
+        # the global positions, in increasing order, on the model's device: made once, not in
+        # every step (a tensor made from a list would be a host-to-device copy there); remade
+        # if `options` is swapped for others
+        self.global_index_of = tuple(sorted(options.global_tokens))
+        positions = torch.tensor(self.global_index_of, dtype=torch.long)
+        self.register_buffer("global_index", positions, persistent=False)
         # Q_g, K_g, V_g (§3.1: "two sets of projections"), stacked like W^Q, W^K, W^V
         self.global_qkv_proj = None
         if options.global_tokens or options.global_projections:
@@ -275,11 +281,15 @@ class LongformerAttention(MultiHeadAttention):
     ) -> tuple[Tensor, Tensor] | None:
         """The global tokens (`global_tokens`) among positions 0 … length−1: (B, G) long
         positions and (B, G) bool validity (False at padding); None when there are none."""
-        static = [p for p in self.options.global_tokens if p < length]
-        if not static:
+        tokens = tuple(sorted(self.options.global_tokens))
+        inside = sum(p < length for p in tokens)
+        if not inside:
             return None
-        # non_blocking: on a GPU the copy is queued, the host does not wait for it
-        positions = torch.tensor(static).to(device, non_blocking=True).expand(batch, -1)  # (B, G)
+        if tokens != self.global_index_of:
+            self.global_index_of = tokens
+            self.global_index = torch.tensor(tokens, dtype=torch.long, device=device)
+        # increasing: those inside come first (the order of the keys changes no softmax)
+        positions = self.global_index[:inside].to(device).expand(batch, -1)  # (B, G)
         valid = torch.ones(positions.shape, dtype=torch.bool, device=device)
         if mask.key_valid is not None:
             valid = mask.key_valid.gather(1, positions)

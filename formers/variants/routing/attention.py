@@ -185,11 +185,11 @@ class RoutingAttention(MultiHeadAttention, Reports):
         tokens = counts.sum(-1).clamp(min=1)
         self.metrics = {"largest_cluster": (counts.amax(-1) / tokens).float().mean().detach()}
         distortion = self.kmeans.distortion(x, clusters, valid)
-        # no loss before the centroids are fitted (a select: a branch would read the flag back)
-        self.aux_loss = torch.where(
-            self.kmeans.initialised, self.options.commitment * distortion, 0.0
-        )
-        self.metrics["commitment"] = distortion.detach()  # to zero centroids before they start
+        # no loss before the centroids are fitted (a select: a branch would read the flag back),
+        # and no distance to report either: to zero centroids it would only measure |x|²
+        distortion = torch.where(self.kmeans.initialised, distortion, 0.0)
+        self.aux_loss = self.options.commitment * distortion
+        self.metrics["commitment"] = distortion.detach()
         if self.training:
             self.kmeans.update_on_backward(x, clusters)
         return clusters

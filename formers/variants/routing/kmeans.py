@@ -25,8 +25,11 @@ update initialises the centroids from its batch: C seeds evenly spaced over the 
 then `INIT_ITERATIONS` Lloyd iterations (lucidrains routing-transformer#4: routing with
 centroids never fitted to data is garbage). Nothing here branches on the `initialised` flag in
 Python, which would read it back from the device: both sides are computed and one is selected
-(`torch.where`), with the same values; where reads are free (`host_reads_allowed`) the update
-skips computing an initialisation it would not keep.
+(`torch.where`), with the same values. Computing an initialisation only to discard it would
+cost every step 10 Lloyd iterations over the batch, so the module keeps a host copy of the flag
+once a read has seen it true (`known_ready`): the update reads it where reads are free
+(`host_reads_allowed`), the trainer's log reads it otherwise (`note_statistics`), and loading a
+state forgets it. From then on the update only moves the centroids.
 
 Shapes: B batch, H routed heads, T length, K head dim, C clusters, N valid tokens.
 """
@@ -70,8 +73,11 @@ def lloyd(points: Tensor, centroids: Tensor, iterations: int, keep: Tensor | Non
 
 
 def evenly_spaced(count: Tensor, n: int) -> Tensor:
-    """`torch.linspace(0, count - 1, n).round()` as long, for a `count` that is a tensor (reading
-    it back as a number would be a sync): the same float32 arithmetic, from both ends."""
+    """`n` positions evenly spaced over 0 … count − 1, rounded, as long, for a `count` that is a
+    tensor (reading it back as a number would be a sync): linspace's float32 arithmetic, from
+    both ends. Equal to `torch.linspace(0, count - 1, n).round()` for small counts; from about
+    131,000 points on, float32 rounding can put a seed one position away from linspace's (at
+    131,331 points and n = 64, one seed does), still evenly spaced."""
     if n == 1:
         return count.new_zeros(1)
     i = torch.arange(n, device=count.device, dtype=torch.float32)
@@ -122,6 +128,10 @@ class OnlineKMeans(nn.Module, FoldsStatistics):
         self.register_buffer("initialised", torch.tensor(False))
         # a compiled training pass's statistics, until the step folds them in (`fold_statistics`)
         self.pending: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        # `initialised` as last read on the host, once it was true (it never turns false again
+        # but by loading a state, which forgets it)
+        self.known_ready = False
+        self.register_load_state_dict_post_hook(forget_known_ready)
 
     @property
     def ready(self) -> bool:
@@ -176,6 +186,11 @@ class OnlineKMeans(nn.Module, FoldsStatistics):
 
         x.register_hook(hook)
 
+    def note_statistics(self) -> None:
+        """At a read outside the step: learn once that the centroids have started."""
+        if not self.known_ready and host_reads_allowed():
+            self.known_ready = self.ready
+
     def fold_statistics(self) -> None:
         """Fold a compiled pass's `pending` statistics into the centroids (once)."""
         if self.pending is not None:
@@ -193,7 +208,8 @@ class OnlineKMeans(nn.Module, FoldsStatistics):
         moved = torch.where(counts[..., None] > 0, moved, old)
         keep = keep.flatten()  # (B·T,)
         started = keep.any()
-        if host_reads_allowed() and self.ready:  # nothing to start: skip the Lloyd iterations
+        self.note_statistics()  # where reads are free; else the last read outside the step
+        if self.known_ready:  # nothing to start: skip the Lloyd iterations
             first = old
         else:
             points = wide(vectors).transpose(0, 1).flatten(1, 2)  # (H, B·T, K)
@@ -201,3 +217,8 @@ class OnlineKMeans(nn.Module, FoldsStatistics):
             first = torch.where(started, first, old)  # no valid vector: wait for one
         self.centroids.copy_(torch.where(self.initialised, moved, first))
         self.initialised.logical_or_(started)
+
+
+def forget_known_ready(module: OnlineKMeans, incompatible_keys: object) -> None:
+    """After `load_state_dict`: the loaded flag may be false; the next read learns it again."""
+    module.known_ready = False

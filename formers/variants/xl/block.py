@@ -72,9 +72,10 @@ class XLMemory(LayerState):
     def remember(self, x: Tensor) -> None:
         """Append the layer's input x (B, T, D), without its gradient, and keep the last mem_len
         positions."""
-        # x.detach() rather than a no_grad decorator: torch.compile cannot trace a decorated
-        # method of an object made inside the compiled step
-        both = torch.cat([self.past(x), x.detach()], dim=1)  # (B, M + T, D)
+        # detach() rather than a no_grad decorator: torch.compile cannot trace a decorated
+        # method of an object made inside the compiled step; the past too, in case the memory
+        # passed in carries a graph (the next segment's memory must not)
+        both = torch.cat([self.past(x).detach(), x.detach()], dim=1)  # (B, M + T, D)
         self.memory = both[:, max(0, both.shape[1] - self.mem_len) :]
 
 
