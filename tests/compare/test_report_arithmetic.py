@@ -92,7 +92,7 @@ def reach_cells(out: Path, curve: list[dict]) -> tuple[str, str, dict]:
 
 
 def test_time_to_loss_is_interpolated_from_the_eval_before_the_crossing(tmp_path):
-    # loss 3.0 at step 20 (10 s), 2.2 at step 60 (30 s)... 1.8 at step 100 (70 s): 2.0 lies a
+    # loss 3.0 at step 20 (10 s), 2.2 at step 60 (30 s), 1.4 at step 100 (70 s): 2.0 lies a
     # quarter of the way from the eval at step 60 to the one at 100, (2.2 - 2.0) / (2.2 - 1.4)
     # at a loss that falls 0.8 over that stretch: step 60 + 0.25 * 40 = 70, 30 s + 0.25 * 40 s
     # = 40 s; of the baseline's 100 steps and 50 s: 0.70× and 0.80×
