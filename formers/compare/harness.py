@@ -37,8 +37,8 @@ from formers.compare.spec import (
     load_spec,
     memory_path,
     run_path,
-    spec_differences,
 )
+from formers.compare.spec_changes import spec_differences
 from formers.errors import FormersError
 from formers.train.checkpoint import latest_checkpoint
 from formers.train.config import RunConfig

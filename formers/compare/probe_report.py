@@ -7,13 +7,16 @@ rebuilt with the rest of the report, and unfinished runs show as such.
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
 
 from formers.bench.plots import line_plot
 from formers.compare.report_html import Table
-from formers.compare.run_metrics import final_valid
+from formers.compare.run_metrics import final_valid, parameter_count
+
+Z95 = 1.959964  # the standard normal's 97.5% quantile: a two-sided 95% interval
 
 # What each probe's accuracy counts, for the tables' captions.
 ITEMS = {
@@ -41,6 +44,7 @@ def probe_summary(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
                 {
                     "arm": arm,
                     "context": context,
+                    "params": parameter_count(Path(out) / runs[0]["run_dir"]) if runs else None,
                     "seeds": [r["seed"] for r in runs],
                     "complete": done,
                     "accuracy": _mean([r["accuracy"] for r in results]) if done else None,
@@ -48,6 +52,19 @@ def probe_summary(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
                 }
             )
     return {"kind": task["kind"], "axis": axis, "rows": rows}
+
+
+def wilson_interval(share: float, items: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a share of `items` held-out items right (Wilson 1927):
+    how far the accuracy could move on another held-out set of the same size, not across seeds
+    or trainings."""
+    if items <= 0:
+        return 0.0, 1.0
+    z2 = Z95 * Z95
+    centre = (share + z2 / (2 * items)) / (1 + z2 / items)
+    half = Z95 * math.sqrt(share * (1 - share) / items + z2 / (4 * items * items))
+    half /= 1 + z2 / items
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -100,20 +117,25 @@ def _series(probe: dict[str, Any], context: int | None, fixed: dict[str, Any]) -
 
 
 def probe_tables(probe: dict[str, Any]) -> list[Table]:
-    """Per context (and passkey length): one row per arm, accuracy in % over all points and at
-    each point."""
+    """Per context (and passkey length): one row per arm, its parameters, accuracy in % over
+    all points with its 95% interval, and at each point."""
     tables = []
     for title, context, fixed in _groups(probe) or [("", None, {})]:
         series = _series(probe, context, fixed)
         xs = sorted({x for points in series.values() for x, _, _ in points})
-        header = ["arm", f"all {probe['axis']}s"]
+        header = ["arm", "params", f"all {probe['axis']}s", "95% interval"]
         header += [f"{probe['axis']} {x:g}" for x in xs]
         cells = []
         for row in (r for r in probe["rows"] if r["context"] == context):
-            at = {x: a for x, a, _ in series.get(row["arm"], [])}
-            share = row["accuracy"] if not fixed else _share(series.get(row["arm"], []))
+            points = series.get(row["arm"], [])
+            at = {x: a for x, a, _ in points}
+            share = row["accuracy"] if not fixed else _share(points)
             name = row["arm"] + ("" if row["complete"] else " (unfinished)")
-            cells.append([name, _pct(share), *(_pct(at.get(x)) for x in xs)])
+            params = "–" if row.get("params") is None else f"{row['params']:,}"
+            cells.append(
+                [name, params, _pct(share), _interval(share, sum(n for _, _, n in points))]
+                + [_pct(at.get(x)) for x in xs]
+            )
         items = {n for points in series.values() for _, _, n in points}
         caption = (
             f"{title[0].upper() + title[1:] + ': ' if title else ''}accuracy (%) of "
@@ -122,7 +144,8 @@ def probe_tables(probe: dict[str, Any]) -> list[Table]:
         )
         if items:
             caption += f" ({min(items):,}" + (f" to {max(items):,}" if len(items) > 1 else "")
-            caption += " items per point, all seeds together)."
+            caption += " items per point, all seeds together; the interval is Wilson's 95% "
+            caption += "over the held-out items, not across seeds)."
         tables.append(Table(caption, header, cells))
     return tables
 
@@ -132,6 +155,13 @@ def _share(points: list[tuple[Any, float | None, int]]) -> float | None:
     if not points or any(a is None for _, a, _ in points):
         return None
     return sum(a * n for _, a, n in points) / max(sum(n for _, _, n in points), 1)
+
+
+def _interval(share: float | None, items: int) -> str:
+    if share is None or not items:
+        return "–"
+    low, high = wilson_interval(share, items)
+    return f"{100 * low:.1f}–{100 * high:.1f}"
 
 
 def _pct(value: float | None) -> str:

@@ -1,5 +1,5 @@
-"""What a comparison trains (`CompareSpec`: arms × contexts × seeds), where its runs go, and how
-two specs differ."""
+"""What a comparison trains (`CompareSpec`: arms × contexts × seeds) and where its runs go (how
+two specs differ: `spec_changes`)."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ class CompareSpec:
             if context not in self.contexts:
                 raise ConfigError(
                     f"context_overrides: {context!r} is not one of the contexts "
-                    f"({_words(self.contexts) or 'none'}): key them by a contexts value"
+                    f"({words(self.contexts) or 'none'}): key them by a contexts value"
                 )
         for evaluation in self.evaluations:
             unknown = [a for a in evaluation.arms if a not in self.names]
@@ -207,7 +207,7 @@ class CompareSpec:
                     )
                 if self.contexts and key in (CONTEXT_KEY, "seq_len"):
                     raise ConfigError(
-                        f"{where}{key} is set by each context ({_words(self.contexts)}): leave "
+                        f"{where}{key} is set by each context ({words(self.contexts)}): leave "
                         "it out, or list its values under contexts"
                     )
 
@@ -459,65 +459,6 @@ def load_spec(out: Path) -> CompareSpec:
     return CompareSpec.from_dict(json.loads(path.read_text()))
 
 
-def spec_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
-    """What differs between two specs, as "field: saved -> now" lines; empty when the same.
-
-    Overrides are compared resolved, so `--train.lr 1e-3` and `--train.lr 0.001` agree; a
-    change that only some arms see is named with the arm.
-    """
-    diffs = [
-        f"{name}: {_words(getattr(saved, name))} -> {_words(getattr(spec, name))}"
-        for name in ("names", "corpus", "seeds", "contexts")
-        if getattr(saved, name) != getattr(spec, name)
-    ]
-    diffs = [d.replace("names:", "arms:", 1) for d in diffs]
-    before = {e.name: e.to_dict() for e in saved.evaluations}
-    after = {e.name: e.to_dict() for e in spec.evaluations}
-    for name in sorted(before.keys() | after.keys()):
-        if before.get(name) != after.get(name):
-            diffs.append(f"evaluation {name}: {before.get(name)} -> {after.get(name)}")
-    return diffs + _setting_differences(saved, spec)
-
-
-def _setting_differences(saved: CompareSpec, spec: CompareSpec) -> list[str]:
-    arms = [name for name in spec.names if name in saved.names]
-    # the contexts both train (a change of the list itself is named on its own)
-    contexts = [c for c in spec.context_list if c in saved.context_list] or [None]
-    changes: dict[str, dict[tuple[str, int | None], str]] = {}  # key -> run -> "old -> new"
-    for run in [(name, context) for name in arms for context in contexts]:
-        try:
-            before = flatten(saved.run_config(run[0], 0, context=run[1]).to_dict())
-        except ConfigError as error:  # the library changed under the saved spec
-            return [f"the saved settings no longer resolve ({error})"]
-        after = flatten(spec.run_config(run[0], 0, context=run[1]).to_dict())
-        for key in sorted(before.keys() | after.keys()):
-            if key not in NOT_COMPARED and before.get(key) != after.get(key):
-                changes.setdefault(key, {})[run] = f"{before.get(key)} -> {after.get(key)}"
-    return [line for key, by_run in changes.items() for line in _said(key, by_run, arms, contexts)]
-
-
-def _said(
-    key: str, by_run: dict[tuple[str, int | None], str], arms: list[str], contexts: list[Any]
-) -> list[str]:
-    """One setting's changes, said once for every run, per context or per arm where all the
-    runs there changed alike, and per run otherwise."""
-
-    def alike(runs: list[tuple[str, int | None]]) -> bool:
-        return all(run in by_run for run in runs) and len({by_run[run] for run in runs}) == 1
-
-    every = [(a, c) for a in arms for c in contexts]
-    if alike(every):
-        return [f"{key}: {by_run[every[0]]}"]
-    lines, said = [], set()
-    groups = [(f"context {c}", [(a, c) for a in arms]) for c in contexts if c is not None]
-    groups += [(f"arm {a}", [(a, c) for c in contexts]) for a in arms]
-    groups += [(f"arm {a}, context {c}", [(a, c)]) for a, c in every]
-    for label, runs in groups:
-        if alike(runs) and not said & set(runs):
-            lines.append(f"{label}: {key}: {by_run[runs[0]]}")
-            said |= set(runs)
-    return lines
-
-
-def _words(value: Any) -> str:
+def words(value: Any) -> str:
+    """A spec field as words: a tuple space-separated."""
     return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)

@@ -10,7 +10,8 @@ import pytest
 from formers.cli import main
 from formers.compare import harness as compare_module
 from formers.compare.run_metrics import crossing
-from formers.compare.spec import CompareSpec, spec_differences
+from formers.compare.spec import CompareSpec
+from formers.compare.spec_changes import spec_differences
 from formers.errors import FormersError
 from formers.train.metrics import MetricsLog, read_metrics
 

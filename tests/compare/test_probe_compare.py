@@ -8,7 +8,8 @@ import pytest
 
 from formers.cli import main
 from formers.compare.harness import run_compare
-from formers.compare.probe_report import probe_summary, probe_tables
+from formers.compare.probe_report import probe_summary, probe_tables, wilson_interval
+from formers.compare.run_metrics import parameter_count
 from formers.compare.spec import CompareSpec
 from formers.errors import ConfigError
 from formers.train.metrics import MetricsLog
@@ -112,9 +113,28 @@ def test_the_accuracy_table_is_the_mean_over_seeds_per_point(tmp_path):
     assert full["accuracy"] == pytest.approx((0.95 + 0.65) / 2)
     assert [p["accuracy"] for p in window["points"]] == pytest.approx([0.8, 0.1])
     [table] = probe_tables(probe)
-    assert table.header == ["arm", "all distances", "distance 4", "distance 64"]
-    assert table.rows == [["full", "80.0", "90.0", "70.0"], ["window-4", "45.0", "80.0", "10.0"]]
+    header = ["arm", "params", "all distances", "95% interval", "distance 4", "distance 64"]
+    assert table.header == header
+    # 40 items per arm (2 points x 20); Wilson's interval of 32/40 and of 18/40
+    assert table.rows == [
+        ["full", "–", "80.0", "65.2–89.5", "90.0", "70.0"],
+        ["window-4", "–", "45.0", "30.7–60.2", "80.0", "10.0"],
+    ]
     assert "20 items per point" in table.caption
+
+
+@pytest.mark.parametrize(
+    "right, items, low, high",
+    [
+        (50, 100, 0.4038, 0.5962),
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (1, 2, 0.0945, 0.9055),
+    ],
+)
+def test_the_interval_is_wilsons(right, items, low, high):
+    # references: Wilson's score interval, z = 1.96 (e.g. Newcombe 1998, Table I: 0/10 -> 0-0.2775)
+    assert wilson_interval(right / items, items) == pytest.approx((low, high), abs=1e-4)
 
 
 def test_a_probe_comparison_reports_accuracy_by_distance(tmp_path):
@@ -122,7 +142,10 @@ def test_a_probe_comparison_reports_accuracy_by_distance(tmp_path):
     result = run_compare(spec, tmp_path / "out", progress=False)
     out = tmp_path / "out"
     assert result.report.markdown.startswith("# vanilla on mqar")
-    assert "| arm | all distances | distance 4 | distance 16 |" in result.report.markdown
+    header = "| arm | params | all distances | 95% interval | distance 4 | distance 16 |"
+    assert header in result.report.markdown
+    params = parameter_count(out / "runs/vanilla/seed0")
+    assert params and f"| vanilla | {params:,} |" in result.report.markdown
     assert (out / "accuracy_vs_distance.png").read_bytes().startswith(PNG_SIGNATURE)
     summary = json.loads((out / "summary.json").read_text())
     [row] = summary["probe"]["rows"]

@@ -104,6 +104,24 @@ def test_passkey_points_are_every_length_and_depth():
     assert all(len(s.inputs) == p["length"] for p, samples in sets for s in samples)
 
 
+def test_passkey_trains_at_the_held_out_lengths_right_padded():
+    # the answer must sit where it is scored: a 256-token held-out sequence answers at 251-255,
+    # so training draws 256-token sequences too (padded), not only train.seq_len ones
+    lengths = (128, 256, 512)
+    probe = Passkey(PasskeyConfig(eval_lengths=lengths))
+    batch = next(ProbeBatches(probe, probe.causal, 64, 512, seed=0))
+    seen = set()
+    for inputs, targets in zip(batch.inputs.tolist(), batch.targets.tolist(), strict=True):
+        length = next((t for t, x in enumerate(inputs) if x == probe.pad_id), len(inputs))
+        seen.add(length)
+        assert inputs[length:] == [probe.pad_id] * (512 - length)
+        scored = [t for t, y in enumerate(targets) if y != IGNORE]
+        assert scored == list(range(length - 5, length))
+        key = passkey_of(bytes(inputs[:length]).decode("ascii"))
+        assert bytes(targets[t] for t in scored).decode() == key
+    assert seen == set(lengths)
+
+
 def solve_listops(tokens: list[str]) -> int:
     """ListOps by a stack over the flat tokens (no tree): the brute-force solver."""
     stack: list = []

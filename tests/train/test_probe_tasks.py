@@ -170,11 +170,15 @@ def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path, capsys):
     "preset, overrides, message",
     [
         ("vanilla", {"train.probe": "nope"}, r"unknown task 'nope'.*mqar, passkey, listops"),
-        ("bert", {"train.probe": "mqar"}, r"mqar is a causal probe .* use a decoder preset"),
+        (
+            "bert",
+            {"train.probe": "mqar"},
+            r"mqar is a causal probe .* use a decoder-only preset \(vanilla, .*, longformer\)",
+        ),
         (
             "vanilla",
             {"train.probe": "listops", "train.probe.head": "pooled"},
-            r"head=pooled .* vanilla is decoder-only.*use an encoder preset",
+            r"head=pooled .* vanilla is decoder-only.*use an encoder preset \(bert, linformer\)",
         ),
         (
             "vanilla",

@@ -92,9 +92,16 @@ class ProbeConfig:
         if arch != "decoder":
             raise ConfigError(
                 f"{self.kind} is a causal probe (the answer is the next token) and {preset} is "
-                f"an {arch} model, which would see the answer: use a decoder preset such as "
-                "vanilla"
+                f"an {arch} model, which would see the answer: use a decoder-only preset "
+                f"({presets_of('decoder')})"
             )
+
+
+def presets_of(arch: str) -> str:
+    """The names of the presets whose models are `arch`, for a message, e.g. "bert, linformer"."""
+    from formers.presets import PRESETS  # here, not at the top: presets need not load for data
+
+    return ", ".join(name for name, make in PRESETS.items() if make().arch == arch)
 
 
 class Probe(ABC):

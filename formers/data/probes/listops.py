@@ -25,7 +25,15 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from formers.data.probes.base import IGNORE, Probe, ProbeConfig, Sample, point_key, seeded_random
+from formers.data.probes.base import (
+    IGNORE,
+    Probe,
+    ProbeConfig,
+    Sample,
+    point_key,
+    presets_of,
+    seeded_random,
+)
 from formers.errors import ConfigError
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -93,8 +101,8 @@ class ListOpsConfig(ProbeConfig):
             raise ConfigError(
                 f"train.probe.head=pooled (sequence classification) needs an encoder, and "
                 f"{preset} is decoder-only: its positions see only their past, so formers reads "
-                "a decoder's answer as the next token; use an encoder preset (bert, linformer) "
-                "or train.probe.head=next_token"
+                f"a decoder's answer as the next token; use an encoder preset "
+                f"({presets_of('encoder')}) or train.probe.head=next_token"
             )
         if arch == "encoder" and head == "next_token":
             raise ConfigError(
@@ -104,7 +112,8 @@ class ListOpsConfig(ProbeConfig):
         if arch not in ("encoder", "decoder"):
             raise ConfigError(
                 f"listops trains an encoder (classification) or a decoder (next token), and "
-                f"{preset} is {arch}: use bert or vanilla"
+                f"{preset} is {arch}: use an encoder preset ({presets_of('encoder')}) or a "
+                f"decoder-only one ({presets_of('decoder')})"
             )
 
 

@@ -10,8 +10,11 @@ from scratch has no use for and which would fill a short context:
 The filler is the paper's ("The grass is green. The sky is blue. ..."), repeated from a random
 phase and cut to length. Only the digits after the question are scored, and a sequence counts
 as right when all of them are. Depth is the share of the filler before the key: 0 puts it
-first, 1 just before the question. Training draws the depth uniformly from [0, 1] at
-train.seq_len; the held-out points are every pair of `eval_lengths` and `eval_depths`.
+first, 1 just before the question. The held-out points are every pair of `eval_lengths` and
+`eval_depths`. Training draws the depth uniformly from [0, 1] and the length uniformly from
+`eval_lengths` (train.seq_len when none are listed), right-padded to train.seq_len with byte 0
+(which the text never holds): the answer then sits at the positions it is scored at, so a
+model with absolute positions is not asked for a key at positions it never answered from.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ FILLER = (
 KEY = "The pass key is {key}. "
 QUESTION = "What is the pass key? The pass key is {key}"
 MIN_FILLER = 32
+PAD = 0  # the NUL byte: never in the text
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class PasskeyConfig(ProbeConfig):
         digits: digits of the pass key.
         eval_depths: held-out depths, shares of the filler before the key, in [0, 1].
         eval_lengths: held-out sequence lengths, each at most train.seq_len; () = train.seq_len.
+            Training draws its lengths from these too (module doc).
     """
 
     kind: str = "passkey"
@@ -93,12 +98,14 @@ class Passkey(Probe):
     """Passkey retrieval's generator (module doc)."""
 
     vocab_size = 256
+    pad_id = PAD  # right padding of the sequences shorter than train.seq_len
     axis = "depth"
     whole_sample = True
     cfg: PasskeyConfig
 
     def sample(self, rng: random.Random, seq_len: int) -> Sample:
-        return self._sample(rng, seq_len, rng.random())
+        length = rng.choice(self.cfg.lengths(seq_len))
+        return self._sample(rng, length, rng.random())
 
     def eval_points(self, seq_len: int) -> list[dict[str, Any]]:
         return [
