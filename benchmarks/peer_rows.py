@@ -1,6 +1,6 @@
 """One process per row for benchmarks/peers.py: each candidate timed alone, in a fresh process.
 
-A row is FAMILY:CANDIDATE of peers.py's FAMILIES, with "+compile" for its forward under
+A row is FAMILY:CANDIDATE of peer_candidates.FAMILIES, with "+compile" for its forward under
 torch.compile. Alone in its process, a row's numbers depend on nothing that ran before it
 (allocator, caches, compiled code); its peak GPU memory is that process's own
 (`torch.cuda.max_memory_allocated`: weights, gradients, optimizer state, activations); and a
@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peer_candidates import FAMILIES, Shape
+from peer_step import COMPILED, batch, compiled, train_step
 
 from formers.bench.fresh_process import ProcessKilled, TimeLimitReached, call_in_fresh_process
 from formers.bench.tables import aligned
 from formers.bench.timing import median, time_call
 from formers.bench.workloads import rate
 from formers.errors import FormersError
-
-COMPILED = "+compile"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class RowSettings:
-    """How every row runs: the shape (peers.Shape's fields), precisions, device, steps."""
+    """How every row runs: the shape (peer_candidates.Shape's fields), precisions, device, steps."""
 
     shape: dict[str, int]
     precisions: tuple[str, ...]
@@ -64,7 +64,7 @@ def parse_rows(texts: list[str], families: dict[str, dict[str, Any]]) -> list[Ro
     rows = []
     for text in texts:
         family, _, candidate = text.partition(":")
-        compiled = candidate.endswith(COMPILED)
+        is_compiled = candidate.endswith(COMPILED)
         candidate = candidate.removesuffix(COMPILED)
         if family not in families:
             raise FormersError(
@@ -75,30 +75,28 @@ def parse_rows(texts: list[str], families: dict[str, dict[str, Any]]) -> list[Ro
                 f"--rows {text}: family {family} has no candidate {candidate!r}; it has "
                 f"{', '.join(families[family])} (add {COMPILED} for the compiled row)"
             )
-        rows.append(Row(family, candidate, compiled))
+        rows.append(Row(family, candidate, is_compiled))
     return rows
 
 
 def measure_row(row: Row, precision: str, settings: RowSettings, log: Any) -> dict[str, Any]:
     """One row in this process: its record (status "failed" with the error where it broke)."""
-    import peers  # here: the fresh process imports it by name
-
     device = torch.device(settings.device)
-    shape = peers.Shape(**settings.shape)
-    present, make = peers.FAMILIES[row.family][row.candidate]
+    shape = Shape(**settings.shape)
+    present, make = FAMILIES[row.family][row.candidate]
     record: dict[str, Any] = {"row": row.name, **dataclasses.asdict(row), "precision": precision}
     if not present():
         return {**record, "status": "not installed", "note": ""}
     # memory: the first step has none (2 warm-up steps); compiled, the second compiles again
     warmup = max(settings.warmup, 3 if row.compiled else 2)
     try:
-        x, y = peers.batch(shape, device)
+        x, y = batch(shape, device)
         torch.manual_seed(0)
         candidate = make(shape)
         candidate.model.to(device).train()
         if row.compiled:
-            peers.compiled(candidate, settings.backend)
-        step = peers.train_step(candidate, x, y, precision, device)
+            compiled(candidate, settings.backend)
+        step = train_step(candidate, x, y, precision, device)
         warm = [time_call(step, device) for _ in range(warmup)]
         log(f"  {row.name}: {warmup} warm-up steps in {sum(warm):.3g} s")
         seconds = [time_call(step, device) for _ in range(settings.repeats)]

@@ -7,17 +7,13 @@ Everything here runs at a read of the device (`formers.train.step`), never insid
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from formers.train import distributed
 from formers.train.console import StderrOrNothing, say
+from formers.train.run_state import Run
 from formers.train.step import Read
-
-if TYPE_CHECKING:
-    from formers.train.trainer import Run
-
 
 # the steps whose time counts as compiling: the second compiles again where its inputs differ
 # from the first's (Transformer-XL's memory: none, then a tensor; translation batches' shapes,

@@ -18,7 +18,7 @@ from helpers import toy_translation_settings, write_parallel_corpus  # noqa: E40
 
 from formers.train import trainer  # noqa: E402
 from formers.train.config import run_config  # noqa: E402
-from formers.train.trainer import TrainResult  # noqa: E402
+from formers.train.run_state import TrainResult  # noqa: E402
 
 
 def train_toy(folder: Path, corpus: str, embed_init: str) -> TrainResult:

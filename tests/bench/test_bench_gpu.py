@@ -70,6 +70,8 @@ def test_bench_compile_and_sweep_on_cuda(tmp_path):
 
 
 def test_a_peers_row_on_cuda_reports_its_process_peak_memory(tmp_path):
+    import peer_candidates
+    import peer_step
     import peers
 
     out = tmp_path / "rows.json"
@@ -79,8 +81,9 @@ def test_a_peers_row_on_cuda_reports_its_process_peak_memory(tmp_path):
     for row in json.loads(out.read_text())["rows"]:
         assert row["status"] == "ok", row["note"]
         assert row["peak_memory_bytes"] > 4 * 4 * row["params"]  # weights, grads, 2 moments
-    x, y = peers.batch(peers.Shape(1, 32, 2, 64, 64, 16, 2, 16), CUDA)
-    candidate = peers.bare(peers.Shape(1, 32, 2, 64, 64, 16, 2, 16))
+    shape = peer_candidates.Shape(1, 32, 2, 64, 64, 16, 2, 16)
+    x, y = peer_step.batch(shape, CUDA)
+    candidate = peer_candidates.bare(shape)
     candidate.model.to(CUDA)
-    peers.train_step(candidate, x, y, "bf16", CUDA)()
+    peer_step.train_step(candidate, x, y, "bf16", CUDA)()
     assert all(group["fused"] for group in candidate.optimizer.param_groups)

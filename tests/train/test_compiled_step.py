@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import formers
 from formers.errors import ConfigError, FormersError
 from formers.kernels.host_reads import no_host_reads
-from formers.train import progress, trainer
+from formers.train import progress, startup, trainer
 from formers.train.checkpoint import latest_checkpoint, read_train_state
 from formers.train.config import TrainConfig, run_config
 from formers.train.metrics import read_metrics
@@ -224,7 +224,7 @@ def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monke
 
     monkeypatch.setattr(trainer, "time", Clock)
     monkeypatch.setattr(progress, "time", Clock)
-    monkeypatch.setattr(trainer, "compiled_training_loss", slow_first_steps)
+    monkeypatch.setattr(startup, "compiled_training_loss", slow_first_steps)
     cfg = tiny_training_config("vanilla", tmp_path, max_steps=4, log_every=2, eval_every=0,
                                compile=True)  # fmt: skip
     result = trainer.train(cfg, tmp_path / "run", progress=False)

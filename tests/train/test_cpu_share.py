@@ -13,7 +13,7 @@ from formers.cli import main
 from formers.compare import harness as compare
 from formers.compare.report import SHARED_CORES, shared_cores_notes
 from formers.compare.run_metrics import others_cpu_share
-from formers.train import cpu_share, trainer
+from formers.train import cpu_share, startup, trainer
 from formers.train.config import run_config
 from formers.train.cpu_share import OthersShare, busy_seconds
 from formers.train.metrics import MetricsLog, read_metrics
@@ -133,7 +133,7 @@ def test_the_mean_weighs_each_window_by_its_training_time_and_leaves_out_the_fir
 )
 def test_only_a_single_process_on_the_cpu_measures_its_cores(world_size, device, measured):
     env = SimpleNamespace(world_size=world_size, device=torch.device(device))
-    assert trainer.measures_cores(env) is measured
+    assert startup.measures_cores(env) is measured
 
 
 def run(arm: str, seed: int, mean: float | None, time_budget: bool = True) -> dict:

@@ -15,7 +15,7 @@ from torch import nn
 
 from formers import cli
 from formers.errors import FormersError
-from formers.train import trainer
+from formers.train import startup
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint
 from formers.train.config import TrainConfig
 from formers.train.optim import make_optimizer, step_unless
@@ -28,7 +28,7 @@ def test_a_finite_loss_with_an_infinite_gradient_stops_the_run_before_the_step(
     corpus = tmp_path / "tiny.txt"
     corpus.write_text("".join(f"to be or not to be, line {i}\n" for i in range(300)))
     models, passes = [], []
-    build = trainer.build
+    build = startup.build
 
     def overflowing(cfg):  # the third backward pass overflows one gradient; no loss does
         model = build(cfg)
@@ -42,7 +42,7 @@ def test_a_finite_loss_with_an_infinite_gradient_stops_the_run_before_the_step(
         models.append(model)
         return model
 
-    monkeypatch.setattr(trainer, "build", overflowing)
+    monkeypatch.setattr(startup, "build", overflowing)
     run = tmp_path / "run"
     flags = {
         "model.n_layers": 1, "model.d_model": 32, "model.n_heads": 2, "model.d_ff": 64,

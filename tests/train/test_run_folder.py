@@ -18,7 +18,7 @@ import torch
 from helpers import run_formers_here
 
 from formers.errors import FormersError
-from formers.train import trainer
+from formers.train import startup, trainer
 from formers.train.checkpoint import latest_checkpoint, load_checkpoint, store
 from formers.train.checkpoint import write as checkpoint_write
 from formers.train.config import run_config
@@ -181,7 +181,7 @@ def test_a_new_run_starts_only_where_no_checkpoint_is_and_leaves_others_files(tm
     assert (mine / "tensorboard" / "my.events").exists()  # not a run's folder: nothing cleared
     # a checkpoint that appeared after `start` looked (another training saved there first)
     with pytest.raises(FormersError, match="now holds a run"):
-        trainer.prepare_folder(mine, fresh=True)
+        startup.prepare_folder(mine, fresh=True)
     assert load_checkpoint(mine).state.step == 2
 
 

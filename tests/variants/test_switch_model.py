@@ -241,7 +241,7 @@ def test_a_model_copies_and_pickles_after_a_training_pass(tmp_path):
 
 def test_adamw_decays_the_experts_weights_and_router_but_not_their_biases():
     from formers.train.config import TrainConfig
-    from formers.train.trainer import make_optimizer
+    from formers.train.optim import make_optimizer
 
     model = formers.build(tiny_config("switch"))
     decay, no_decay = make_optimizer(model, TrainConfig()).param_groups

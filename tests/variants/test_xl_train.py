@@ -12,7 +12,7 @@ import formers
 from formers import cli
 from formers.run import load_run
 from formers.train import checkpoint as checkpoint_module
-from formers.train import trainer
+from formers.train import startup, trainer
 from formers.train.config import run_config
 from formers.train.metrics import MetricsLog, read_metrics
 
@@ -97,7 +97,7 @@ def test_resumed_xl_run_continues_the_stream_with_its_saved_memory(
         loaded.memory = None
         return loaded
 
-    monkeypatch.setattr(trainer, "load_checkpoint", load_without_memory)
+    monkeypatch.setattr(startup, "load_checkpoint", load_without_memory)
     trainer.train(cfg, tmp_path / "forgetful", resume=True, progress=False)
     got = losses(tmp_path / "forgetful")
     assert got[:4] == want[:4] and got[4] != want[4]
@@ -108,7 +108,7 @@ def test_memory_is_reset_where_the_stream_restarts(tmp_path, monkeypatch):
     small.write_text("".join(f"line {i}: the quick fox\n" for i in range(60)))
     cfg = tiny_run(small, max_steps=30, batch_size=4, seq_len=32)
     seen = []
-    forward = trainer.build
+    forward = startup.build
 
     def build(model_cfg):
         model = forward(model_cfg)
@@ -121,7 +121,7 @@ def test_memory_is_reset_where_the_stream_restarts(tmp_path, monkeypatch):
         model.forward = spy
         return model
 
-    monkeypatch.setattr(trainer, "build", build)
+    monkeypatch.setattr(startup, "build", build)
     trainer.train(cfg, tmp_path / "run", progress=False)
     train_calls = seen[:30]
     epoch = train_calls.index(0, 1)  # the first batch of the second epoch
