@@ -25,10 +25,13 @@ from formers.overrides import flatten, parse_overrides
 from formers.train.metrics import json_safe
 
 SECTIONS = ("preset", "model", "train")  # of a --config file
+# what a run's config.json holds besides its settings: what its "auto" settings chose on the
+# machine that trained it, not a setting, so a run's config.json reads as a --config file
+RECORDS = ("resolved",)
 
 
 def read_yaml(path: str) -> dict[str, Any]:
-    """A --config file's sections (preset:, model:, train:)."""
+    """A --config file's sections (preset:, model:, train:); a run's config.json is one."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as error:
@@ -37,6 +40,7 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise FormersError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise FormersError(f"{path} must hold a mapping like 'model: {{d_model: 256}}'")
+    data = {section: values for section, values in data.items() if section not in RECORDS}
     for section in data:
         if section not in SECTIONS:
             raise FormersError(
