@@ -33,6 +33,7 @@ from formers.train.metrics import read_metrics
 from formers.train.optim import step_unless
 from formers.train.pace import Pace
 from formers.train.progress import (
+    COMPILING_STEPS,
     advance_bar,
     log_step,
     progress_bar,
@@ -106,7 +107,8 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     bar = progress_bar(run, progress)
     # on a GPU the step reads nothing back; on the CPU a read waits for nothing (host_reads.py)
     on_device = run.env.device.type != "cpu"
-    pace = Pace(tc, run.state.step)  # how long the rest takes, said once from the first steps
+    # how long the rest takes, said once from the steps after those that compile
+    pace = Pace(tc, run.state.step, COMPILING_STEPS if run.compiling else 1)
     with StopSignal() as stop:
         while not spent and run.state.step < tc.max_steps:
             step_start = time.perf_counter()

@@ -144,6 +144,15 @@ def test_the_pace_is_timed_after_the_first_step_and_said_once():
     )
 
 
+def test_the_pace_skips_as_many_first_steps_as_it_is_told_the_compiling_ones():
+    pace = Pace(TrainConfig(max_steps=1000), step=0, skipped=2)
+    assert pace.observe(1, 100.0) is None  # compiles
+    assert pace.observe(2, 150.0) is None  # compiles again: 50 s, more than the 30 s timed
+    lines = [pace.observe(step, 150.0 + 0.5 * (step - 2)) for step in range(3, 40)]
+    said = [line for line in lines if line]
+    assert len(said) == 1 and said[0].startswith("pace: 0.5 s a step over steps 3–22; the 978 ")
+
+
 def test_the_pace_of_a_run_with_a_time_budget_names_where_the_budget_ends_it():
     pace = Pace(TrainConfig(max_steps=1000, time_budget="60s"), step=100)  # resumed at 100
     assert pace.observe(101, 30.0) is None
