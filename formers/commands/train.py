@@ -128,9 +128,24 @@ def own_tokenizer_corpus(cfg: Any, run_dir: Path) -> Any:
     return pretrained_corpus(cfg, tokenizer_from_dict(saved))
 
 
+def resume_command(run_dir: Path) -> str:
+    """The one way on for an interrupted run: this command, resumed; under torchrun, started
+    by torchrun as this one was (its processes, and on several machines its rendezvous)."""
+    command = f"formers train --run-dir {shlex.quote(str(run_dir))} --resume"
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return f"continue it with: {command}"
+    per_machine = os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
+    machines = int(os.environ["WORLD_SIZE"]) // int(per_machine)
+    where = f" on each of the {machines} machines, with torchrun's other options as before"
+    return (
+        f"continue it with: torchrun --nproc_per_node={per_machine} -m {command}"
+        f"{where if machines > 1 else ''}"
+    )
+
+
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.train.checkpoint import latest_checkpoint
-    from formers.train.console import progress_shown, say
+    from formers.train.console import progress_shown
     from formers.train.resume import resumed_config
     from formers.train.trainer import train
 
@@ -157,11 +172,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
                 "--run-dir"
             )
     progress = progress_shown(args.no_progress)
-    result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init)
-    first_rank = int(os.environ.get("RANK", "0")) == 0
-    if result.interrupted and first_rank:  # the one way on: this command, resumed
-        say(f"continue it with: formers train --run-dir {shlex.quote(str(run_dir))} --resume")
-    if first_rank:
+    result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init,
+                   how_to_continue=resume_command(run_dir))  # fmt: skip
+    if int(os.environ.get("RANK", "0")) == 0:
         summary = {
             "run_dir": str(result.run_dir),
             "step": result.step,
