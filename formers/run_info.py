@@ -12,10 +12,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from formers.compare.run_metrics import parameter_count, tokens_per_second
 from formers.run import checkpoint_of, checkpoint_steps, read_run_config
 from formers.train.checkpoint import read_train_state
-from formers.train.metrics import read_metrics
+from formers.train.metrics import finished_at, read_metrics
+from formers.train.run_record import (
+    parameter_count,
+    precision_words,
+    precisions,
+    read_saved_config,
+    tokens_per_second,
+)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -33,7 +39,7 @@ def run_info(run_dir: str | Path) -> dict[str, Any]:
     cfg = read_run_config(run_dir)
     model, tc = cfg.model, cfg.train
     state = read_train_state(latest)
-    saved = _read_json(run_dir / "config.json")
+    saved = read_saved_config(run_dir)
     train = [r for r in read_metrics(run_dir, "train") if r.get("loss") is not None]
     valid = read_metrics(run_dir, "valid")
     last_valid = valid[-1] if valid else None
@@ -60,8 +66,9 @@ def run_info(run_dir: str | Path) -> dict[str, Any]:
         "train_seconds": state.extra.get("train_seconds"),
         "tokens_per_s": tokens_per_second(run_dir),
         "precision": tc.precision,
-        # what "auto" chose where the run trained (runs saved before this was recorded: None)
-        "precision_used": saved.get("resolved", {}).get("precision"),
+        # what "auto" chose where the run trained, each start's when a resume changed it
+        # ([{"step": 0, "precision": "bf16"}, ...]; runs saved before this was recorded: [])
+        "precisions_used": precisions(saved),
         "last_train": {"step": train[-1]["step"], "loss": train[-1]["loss"]} if train else None,
         "last_valid": (
             {
@@ -73,7 +80,7 @@ def run_info(run_dir: str | Path) -> dict[str, Any]:
             if last_valid
             else None
         ),
-        "finished": any(r.get("final") for r in valid),
+        "finished": finished_at(run_dir, state.step),
         "checkpoints": checkpoint_steps(run_dir),
     }
 
@@ -97,8 +104,9 @@ def describe(info: dict[str, Any]) -> str:
     if info["tokens_per_s"] is not None:
         trained += f" ({info['tokens_per_s']:,.0f} tokens/s, median)"
     trained += "; finished" if info["finished"] else "; not finished (no final evaluation yet)"
-    precision = info["precision_used"] or "not recorded"
-    if info["precision"] != info["precision_used"]:
+    used = info["precisions_used"]
+    precision = precision_words(used)
+    if [start["precision"] for start in used] != [info["precision"]]:
         precision += f" (train.precision={info['precision']})"
     losses = []
     if info["last_train"]:

@@ -103,6 +103,20 @@ def test_yaml_config_and_unknown_keys(tmp_path, corpus):
     assert bad.returncode == 2 and "nope.txt" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_a_runs_config_json_trains_again_as_a_config_file(tmp_path, corpus):
+    # `formers config` prints that form too: a run's settings, with what its machine chose
+    # ("resolved": a record, not a setting) beside them
+    args = ("--train.corpus", corpus, "--train.max_steps", "2", *TINY)
+    formers("train", "--run-dir", tmp_path / "r1", "--model.dropout", "0.05", *args)
+    first = json.loads((tmp_path / "r1" / "config.json").read_text())
+    assert "resolved" in first
+    result = formers("train", "--config", tmp_path / "r1" / "config.json", "--run-dir",
+                     tmp_path / "r2", "--no-progress")  # fmt: skip
+    assert json.loads(result.stdout)["step"] == 2
+    again = json.loads((tmp_path / "r2" / "config.json").read_text())
+    assert again == first and again["model"]["dropout"] == 0.05
+
+
 def test_eval_of_a_missing_run_is_a_clear_error(tmp_path):
     result = formers("eval", tmp_path / "nothing", check=False)
     assert result.returncode == 2 and "no run folder" in result.stderr

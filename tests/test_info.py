@@ -43,7 +43,8 @@ def test_info_summarises_the_run_as_its_files_say(run, capsys):
     assert info["model"]["vocab_size"] == loaded.config.model.vocab_size
     assert info["parameters"] == sum(p.numel() for p in loaded.model.parameters())
     assert info["step"] == 6 and info["tokens"] == 6 * 2 * 16
-    assert info["precision"] == info["precision_used"] == "fp32"
+    assert info["precision"] == "fp32"
+    assert info["precisions_used"] == [{"step": 0, "precision": "fp32"}]
     assert info["last_train"] == {"step": train[-1]["step"], "loss": train[-1]["loss"]}
     assert info["last_valid"]["loss"] == valid[-1]["loss"] and info["last_valid"]["final"]
     assert info["finished"] and info["checkpoints"] == [4, 6]  # the 2 kept

@@ -25,10 +25,13 @@ from formers.overrides import flatten, parse_overrides
 from formers.train.metrics import json_safe
 
 SECTIONS = ("preset", "model", "train")  # of a --config file
+# what a run's config.json holds besides its settings: what its "auto" settings chose on the
+# machine that trained it, not a setting, so a run's config.json reads as a --config file
+RECORDS = ("resolved",)
 
 
 def read_yaml(path: str) -> dict[str, Any]:
-    """A --config file's sections (preset:, model:, train:)."""
+    """A --config file's sections (preset:, model:, train:); a run's config.json is one."""
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as error:
@@ -37,6 +40,7 @@ def read_yaml(path: str) -> dict[str, Any]:
         raise FormersError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(data, dict):
         raise FormersError(f"{path} must hold a mapping like 'model: {{d_model: 256}}'")
+    data = {section: values for section, values in data.items() if section not in RECORDS}
     for section in data:
         if section not in SECTIONS:
             raise FormersError(
@@ -124,9 +128,24 @@ def own_tokenizer_corpus(cfg: Any, run_dir: Path) -> Any:
     return pretrained_corpus(cfg, tokenizer_from_dict(saved))
 
 
+def resume_command(run_dir: Path) -> str:
+    """The one way on for an interrupted run: this command, resumed; under torchrun, started
+    by torchrun as this one was (its processes, and on several machines its rendezvous)."""
+    command = f"formers train --run-dir {shlex.quote(str(run_dir))} --resume"
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return f"continue it with: {command}"
+    per_machine = os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
+    machines = int(os.environ["WORLD_SIZE"]) // int(per_machine)
+    where = f" on each of the {machines} machines, with torchrun's other options as before"
+    return (
+        f"continue it with: torchrun --nproc_per_node={per_machine} -m {command}"
+        f"{where if machines > 1 else ''}"
+    )
+
+
 def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from formers.train.checkpoint import latest_checkpoint
-    from formers.train.console import progress_shown, say
+    from formers.train.console import progress_shown
     from formers.train.resume import resumed_config
     from formers.train.trainer import train
 
@@ -153,11 +172,9 @@ def cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
                 "--run-dir"
             )
     progress = progress_shown(args.no_progress)
-    result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init)
-    first_rank = int(os.environ.get("RANK", "0")) == 0
-    if result.interrupted and first_rank:  # the one way on: this command, resumed
-        say(f"continue it with: formers train --run-dir {shlex.quote(str(run_dir))} --resume")
-    if first_rank:
+    result = train(cfg, run_dir, resume=args.resume, progress=progress, data=data, init=init,
+                   how_to_continue=resume_command(run_dir))  # fmt: skip
+    if int(os.environ.get("RANK", "0")) == 0:
         summary = {
             "run_dir": str(result.run_dir),
             "step": result.step,

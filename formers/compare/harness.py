@@ -198,7 +198,8 @@ def _train_one(
     if not resume:
         shutil.rmtree(evaluations, ignore_errors=True)
     _say(f"{label}: {'resuming' if resume else 'training'} in {path}")
-    trained = train(cfg, path, resume=resume, progress=progress, data=corpus)
+    # an interrupted compare says its own way on: the same command again
+    trained = train(cfg, path, resume=resume, progress=progress, data=corpus, how_to_continue=None)
     result.trained.append(path)
     if trained.interrupted:
         result.interrupted = True

@@ -14,7 +14,8 @@ from typing import Any
 
 from formers.bench.plots import line_plot
 from formers.compare.report_html import Table
-from formers.compare.run_metrics import final_valid, parameter_count
+from formers.compare.run_metrics import final_valid
+from formers.train.run_record import parameter_count
 
 Z95 = 1.959964  # the standard normal's 97.5% quantile: a two-sided 95% interval
 

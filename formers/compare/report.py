@@ -21,13 +21,12 @@ from formers.compare.run_metrics import (
     crossing,
     final_valid,
     others_cpu_share,
-    parameter_count,
     time_budgeted,
-    tokens_per_second,
     valid_curve,
 )
 from formers.compare.spec import SPEC_FILE, eval_path, load_spec, memory_path, run_path
 from formers.train.metrics import read_metrics
+from formers.train.run_record import parameter_count, tokens_per_second
 
 UNIT_BITS = {"byte": "bits/byte", "char": "bits/char", "word": "bits/word", "bpe": "bits/token"}
 # Averaged over seeds for a preset's row.
@@ -219,8 +218,8 @@ def _mib(value: float | None) -> str:
 def _reach_cells(r: dict[str, Any] | None) -> list[str]:
     if r is None:
         return ["–", "–"]
-    if r.get("baseline"):
-        return ["baseline", "baseline"]
+    if r.get("baseline"):  # its own target: where the others' shares are measured against
+        return [f"{r['step']:.0f} (baseline)", f"{r['seconds']:.1f} (baseline)"]
     if not r["reached"]:
         text = "not reached"
         if r.get("seeds", 1) > 1:
@@ -363,7 +362,7 @@ def notes(summary: dict[str, Any]) -> list[str]:
         f"to baseline: where the valid loss first reaches {summary['baseline']}'s last periodic "
         "eval (same seed; linear between evals; ≤: already at the first eval), and the share "
         f"of {summary['baseline']}'s steps and seconds that took ({summary['baseline']} itself: "
-        "'baseline', 1.00× by definition).",
+        "the step and seconds of that eval, marked baseline: 1.00× by definition).",
         *map(evaluation_note, summary["spec"]["evaluate"]),
         *shared_cores_notes(summary["runs"]),
     ]

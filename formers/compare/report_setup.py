@@ -4,11 +4,11 @@ overrides), so that a reader of report.md needs neither compare.json nor the com
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from formers.compare.spec import CompareSpec, run_path
+from formers.train.run_record import precision_words, precisions, read_saved_config
 
 UNIT_WORDS = {"byte": "bytes", "char": "characters", "word": "words", "bpe": "BPE tokens"}
 
@@ -25,19 +25,20 @@ def budget_words(max_steps: int, time_budget: str | None) -> str:
     return f"{steps} or {time_budget} of training, whichever comes first"
 
 
-def precisions_used(spec: CompareSpec, out: Path) -> list[str]:
+def precisions_used(spec: CompareSpec, out: Path) -> tuple[list[str], list[str]]:
     """What the runs computed in, as their config.json records it (auto resolved on the machine
-    that trained them); empty for runs that recorded none."""
-    used = []
+    that trained them): the precisions (empty for runs that recorded none), and, for each run
+    resumed in another precision than it started in, which run and from which step."""
+    used, changed = [], []
     for arm, context, seed in spec.runs():
-        saved = run_path(out, arm, seed, context) / "config.json"
-        try:
-            chosen = json.loads(saved.read_text())["resolved"]["precision"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if chosen not in used:
-            used.append(chosen)
-    return used
+        starts = precisions(read_saved_config(run_path(out, arm, seed, context)))
+        for start in starts:
+            if start["precision"] not in used:
+                used.append(start["precision"])
+        if len(starts) > 1:
+            where = f", train.seq_len {context}" if context is not None else ""
+            changed.append(f"{arm} seed {seed}{where}: {precision_words(starts)}")
+    return used, changed
 
 
 def setup_lines(spec: CompareSpec, out: Path, unit: str | None) -> list[str]:
@@ -58,10 +59,12 @@ def setup_lines(spec: CompareSpec, out: Path, unit: str | None) -> list[str]:
     shape = f"batch {t.batch_size} × {t.seq_len} tokens"
     if spec.contexts:
         shape = f"batch {t.batch_size} × train.seq_len ({', '.join(map(str, spec.contexts))})"
-    used = precisions_used(spec, out)
+    used, changed = precisions_used(spec, out)
     precision = f"precision {'/'.join(used) or 'not recorded'}"
     if t.precision == "auto":
         precision += " (train.precision=auto, as the training machine resolved it)"
+    if changed:
+        precision += f" (resumed in another precision: {'; '.join(changed)})"
     lines.append(
         f"Each run (the baseline's settings; arms differ only by their preset and own overrides): "
         f"{size}; {shape}; {t.optimizer}, lr {t.lr:g}, {t.schedule} schedule after "

@@ -1,4 +1,6 @@
-"""What a training run folder says about itself: finished or not, size, speed, valid-loss curve.
+"""What a training run folder says about itself for a comparison: finished or not, the
+valid-loss curve, the other processes' share of its cores. Its size and speed are
+`formers.train.run_record`'s (`formers info` reads them too).
 
 Shared by `formers compare` and the experiment scripts, so every report reads runs one way.
 """
@@ -9,17 +11,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from formers.bench.timing import median
-from formers.models import build
-from formers.train.config import run_config_from_dict
-from formers.train.metrics import read_metrics
+from formers.train.checkpoint import latest_checkpoint, read_train_state
+from formers.train.metrics import finished_at, read_metrics
 
 
 def is_complete(run_dir: Path) -> bool:
-    """A run is finished once its final (whole-split) evaluation is logged."""
-    return any(r.get("final") for r in read_metrics(run_dir, "valid"))
+    """A run is finished once its final (whole-split) evaluation is logged at its latest
+    checkpoint's step (one at an earlier step is an older end's, which a resume trained past)."""
+    checkpoint = latest_checkpoint(run_dir)
+    return checkpoint is not None and finished_at(run_dir, read_train_state(checkpoint).step)
 
 
 def final_valid(run_dir: Path) -> dict[str, Any] | None:
@@ -65,12 +65,6 @@ def crossing(points: list[dict[str, float]], target: float) -> dict[str, Any] | 
     return None
 
 
-def tokens_per_second(run_dir: Path) -> float | None:
-    """Median training throughput over the logged windows (one slow window does not move it)."""
-    rates = [r["tokens_per_s"] for r in read_metrics(run_dir, "train") if "tokens_per_s" in r]
-    return median(rates) if rates else None
-
-
 def others_cpu_share(run_dir: Path) -> dict[str, float] | None:
     """How much of the run's cores other processes took while it trained (see
     formers.train.cpu_share): the mean over its logged windows, each weighted by the training
@@ -99,14 +93,3 @@ def time_budgeted(run_dir: Path) -> bool:
     from its saved config.json."""
     saved = Path(run_dir) / "config.json"
     return saved.exists() and json.loads(saved.read_text())["train"].get("time_budget") is not None
-
-
-def parameter_count(run_dir: Path) -> int | None:
-    """Parameters of the run's model (shared weights once), from its saved config.json."""
-    saved = Path(run_dir) / "config.json"
-    if not saved.exists():
-        return None
-    cfg = run_config_from_dict(json.loads(saved.read_text()))
-    with torch.device("meta"):  # shapes only: no memory, no initialisation work
-        model = build(cfg.model)
-    return sum(p.numel() for p in model.parameters())

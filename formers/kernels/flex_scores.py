@@ -149,6 +149,21 @@ def threshold_attention(
     return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
 
 
+def tf32_matmuls() -> bool:
+    """Whether fp32 CUDA matmuls may round their inputs to TF32. Read through the API torch
+    keeps the setting in (`fp32_precision`, torch >= 2.9: "tf32", "ieee", or "none" for the
+    global `torch.backends.fp32_precision`): reading the legacy `allow_tf32` raises once the
+    new API has set it."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        precision = matmul.fp32_precision
+    except AttributeError:  # a torch before the new API: the legacy flag is the setting
+        return bool(matmul.allow_tf32)
+    if precision == "none":
+        precision = getattr(torch.backends, "fp32_precision", "none")
+    return precision == "tf32"
+
+
 def score_slack(q: Tensor, k: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """(B, H, T) c·|q_i| and (B, H, S) |k_j|, without gradient: the kernel's score of (i, j) and
     the search's (`kth_largest`) are each within c·|q_i|·|k_j| of the exact score.
@@ -163,7 +178,7 @@ def score_slack(q: Tensor, k: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """
     wide = torch.promote_types(q.dtype, torch.float32)
     e_in = 0.0
-    if q.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+    if q.dtype == torch.float32 and tf32_matmuls():
         e_in = TF32_EPS
     elif q.dtype != wide and flex.rounds_scores(q.device):
         e_in = torch.finfo(q.dtype).eps

@@ -62,6 +62,13 @@ def read_metrics(run_dir: Path, kind: str | None = None) -> list[dict[str, Any]]
     return [r for r in records(path.read_text()) if kind is None or r["kind"] == kind]
 
 
+def finished_at(run_dir: Path, step: int) -> bool:
+    """Whether the run's final (whole-split) evaluation is logged at `step` (or later). A final
+    evaluation at an earlier step is an older end's: a resume for more steps keeps the records
+    up to its step, that one included, and then trains past it."""
+    return any(r.get("final") and r["step"] >= step for r in read_metrics(run_dir, "valid"))
+
+
 def records(text: str) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl text; a last line cut short (the process was killed while
     writing it) is left out."""

@@ -3,7 +3,8 @@
 A budget in steps takes however long the machine needs: on a CPU without native bf16 a run
 trains in fp32 at a fraction of the rate of one with it. So the run says early, from its own
 pace, how long the rest will take, instead of leaving the reader to guess from a figure measured
-elsewhere. The first step is not counted: it builds caches and grows the allocator's pools.
+elsewhere. The first step is not counted: it builds caches and grows the allocator's pools;
+nor, under `train.compile`, are the steps that compile (`formers.train.progress.COMPILING_STEPS`).
 """
 
 from __future__ import annotations
@@ -25,18 +26,19 @@ def duration(seconds: float) -> str:
 
 
 class Pace:
-    """Times the steps after a run's first (or its first after resuming) and, once enough are
-    timed, returns one line: the time per step and how long the rest of the run will train.
+    """Times the steps after a run's first ones (or its first after resuming) and, once enough
+    are timed, returns one line: the time per step and how long the rest of the run will train.
 
     Args:
         tc: the run's training config (max_steps, time_budget).
         step: the step the run starts from (0, or a resumed run's).
+        skipped: the steps not counted, from `step` on: 1, or the steps that compile.
     """
 
-    def __init__(self, tc: TrainConfig, step: int) -> None:
+    def __init__(self, tc: TrainConfig, step: int, skipped: int = 1) -> None:
         self.tc = tc
-        self.first = step + 1  # the step not counted
-        self.start: tuple[int, float] | None = None  # (step, seconds) after the first step
+        self.first = step + skipped  # the last step not counted
+        self.start: tuple[int, float] | None = None  # (step, seconds) after the last not counted
         self.said = False
 
     def observe(self, step: int, seconds: float) -> str | None:

@@ -139,9 +139,9 @@ def resumed_config(run_dir: Path, preset: str | None, overrides: dict[str, Any])
     return dataclasses.replace(wanted, train=train)
 
 
-def nothing_left(tc: TrainConfig, seconds: float) -> str:
-    """Why a resumed run that had already finished trains no further, and the flag that lets it:
-    a time budget counts all of a run's training, its resumed parts included."""
+def nothing_left(tc: TrainConfig, step: int, seconds: float) -> str:
+    """Why a resumed run at `step` that had already finished trains no further, and the flag
+    that lets it: a time budget counts all of a run's training, its resumed parts included."""
     budget = tc.time_budget_seconds
     if budget is not None and seconds >= budget:
         return (
@@ -149,6 +149,12 @@ def nothing_left(tc: TrainConfig, seconds: float) -> str:
             f"{tc.time_budget}, is the total for the run ({seconds:,.0f} s trained so far), "
             "resumed parts included: give a larger --train.time_budget (and, past step "
             f"{tc.max_steps:,}, --train.max_steps) to train on"
+        )
+    if step > tc.max_steps:  # resumed with fewer steps than it had taken
+        return (
+            f"already finished earlier: nothing to do. It is at step {step:,}, past "
+            f"train.max_steps={tc.max_steps:,}: give a --train.max_steps above {step:,} to "
+            "train on"
         )
     return (
         f"already finished earlier: nothing to do. It has taken its train.max_steps="

@@ -42,6 +42,7 @@ from formers.train.run_folder import (
     write_text_atomically,
 )
 from formers.train.run_lock import RunLock
+from formers.train.run_record import read_saved_config, resolved_at_start
 from formers.train.run_state import Run
 from formers.train.step import StepRecord, compiled_training_loss, training_loss, wants_compile
 from formers.train.tasks import Task, task_for
@@ -144,7 +145,9 @@ def _restore(
     if env.is_main:  # the config the run trains with from now on (resumed: with its changes),
         # and what its "auto" settings chose on this machine
         chosen = resolve_precision(tc.precision, env.device)
-        saved = {**cfg.to_dict(), "resolved": {"precision": chosen, "device": str(env.device)}}
+        before = read_saved_config(run_dir) if checkpoint is not None else {}
+        resolved = resolved_at_start(before, state.step, chosen, str(env.device))
+        saved = {**cfg.to_dict(), "resolved": resolved}
         write_text_atomically(run_dir / "config.json", json.dumps(saved, indent=2) + "\n")
         task.save_files(run_dir)
         say(precision_note(tc.precision, env.device))

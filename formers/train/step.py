@@ -43,11 +43,16 @@ def compiled(loss: LossFn) -> LossFn:
     A model that does not trace as one graph is refused in one line rather than trained in
     pieces (a graph break in the step means a host sync, or Python between the pieces); so is
     one the compiler fails on, or one that keeps recompiling."""
-    graph = torch.compile(loss, fullgraph=True)
+    return compile_errors_said(torch.compile(loss, fullgraph=True), one_graph=True)
+
+
+def compile_errors_said(loss: LossFn, one_graph: bool) -> LossFn:
+    """`loss` (compiled, or calling a compiled model) with the compiler's failures said in one
+    line, a `FormersError` naming `train.compile`, instead of a traceback from inside dynamo."""
 
     def run(batch: Batch, memory: Any) -> tuple[Tensor, StepOutput]:
         try:
-            return graph(batch, memory)
+            return loss(batch, memory)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             raise FormersError(
                 f"train.compile: the compiler failed on this model's training step "
@@ -60,8 +65,9 @@ def compiled(loss: LossFn) -> LossFn:
                 f"({first_line(error)}); train without it: set train.compile false"
             ) from None
         except torch._dynamo.exc.TorchDynamoException as error:
+            how = " as one graph" if one_graph else ""
             raise FormersError(
-                f"train.compile: this model's training step does not compile as one graph "
+                f"train.compile: this model's training step does not compile{how} "
                 f"({first_line(error)}); train without it: set train.compile false"
             ) from None
 
@@ -81,9 +87,10 @@ def compiled_training_loss(
     model `wrapped` by DDP or FSDP, whose forward (DDP's bucketing, FSDP2's gather and free
     hooks) dynamo cannot trace as one graph, the wrapped model compiled as torch supports it
     (graph breaks at the wrapper's hooks, DDP's graphs split at its gradient buckets) and the
-    loss around it eager."""
+    loss around it eager. Either way a compiler failure is said in one line."""
     if wrapped:
-        return training_loss(task, torch.compile(train_model), aux_loss_coef)
+        loss = training_loss(task, torch.compile(train_model), aux_loss_coef)
+        return compile_errors_said(loss, one_graph=False)
     return compiled(training_loss(task, train_model, aux_loss_coef))
 
 

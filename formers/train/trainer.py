@@ -29,10 +29,11 @@ from formers.train.checkpoint import latest_checkpoint, read_train_state, save_c
 from formers.train.config import RunConfig
 from formers.train.console import StderrOrNothing, say
 from formers.train.divergence import Divergence
-from formers.train.metrics import read_metrics
+from formers.train.metrics import finished_at
 from formers.train.optim import step_unless
 from formers.train.pace import Pace
 from formers.train.progress import (
+    COMPILING_STEPS,
     advance_bar,
     log_step,
     progress_bar,
@@ -47,6 +48,8 @@ from formers.train.step import Read
 from formers.train.stop_signal import StopSignal
 from formers.train.tasks import EvalResult
 
+FROM_PYTHON = "continue it with: train(cfg, run_dir, resume=True) (formers.train.trainer)"
+
 
 def train(
     cfg: RunConfig,
@@ -56,6 +59,7 @@ def train(
     progress: bool = True,
     data: Any | None = None,
     init: dict[str, torch.Tensor] | None = None,
+    how_to_continue: str | None = FROM_PYTHON,
 ) -> TrainResult:
     """Train `cfg.model` as `cfg.train` says, writing everything into `run_dir`.
 
@@ -71,6 +75,8 @@ def train(
         data: the task's data, already loaded (a `Corpus` for language models); None loads it.
         init: weights a new run starts from instead of fresh ones (`formers.pretrained.init_from`);
             the optimizer and schedule start fresh all the same.
+        how_to_continue: what an interrupted run says on stderr about continuing it: the call
+            from Python by default; a command says its own (None: nothing).
     """
     run = start(cfg, Path(run_dir), resume, data, init)
     try:
@@ -82,8 +88,11 @@ def train(
     finally:
         if run.lock is not None:
             run.lock.release()
+    is_main = run.env.is_main
     del run  # its model and optimizer refer to the process group, which teardown frees
     distributed.teardown()
+    if result.interrupted and is_main and how_to_continue:
+        say(how_to_continue)
     return result
 
 
@@ -97,7 +106,7 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     spent = any_rank(budget is not None and run.seconds >= budget, run.env)
     at_end = spent or run.state.step >= tc.max_steps
     # rank 0 reads the log and decides for all (another rank could read it half rewritten)
-    done = at_end and run.env.is_main and is_finished(run.run_dir)
+    done = at_end and run.env.is_main and finished_at(run.run_dir, run.state.step)
     if at_end and any_rank(done, run.env):
         finish(run, "finished")
         return TrainResult(run.run_dir, run.state.step, run.state.tokens_seen, run.seconds, None,
@@ -106,7 +115,8 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
     bar = progress_bar(run, progress)
     # on a GPU the step reads nothing back; on the CPU a read waits for nothing (host_reads.py)
     on_device = run.env.device.type != "cpu"
-    pace = Pace(tc, run.state.step)  # how long the rest takes, said once from the first steps
+    # how long the rest takes, said once from the steps after those that compile
+    pace = Pace(tc, run.state.step, COMPILING_STEPS if run.compiling else 1)
     with StopSignal() as stop:
         while not spent and run.state.step < tc.max_steps:
             step_start = time.perf_counter()
@@ -171,11 +181,6 @@ def train_loop(run: Run, progress: bool) -> TrainResult:
         run.divergence,
         run.compile_seconds,
     )
-
-
-def is_finished(run_dir: Path) -> bool:
-    """Whether the run's final (whole-split) evaluation is already logged."""
-    return any(r.get("final") for r in read_metrics(run_dir, "valid"))
 
 
 def set_learning_rate(run: Run) -> float:
@@ -274,8 +279,11 @@ def evaluate_now(run: Run, max_tokens: int | None, bar: tqdm | None) -> EvalResu
     if run.log is not None:
         final = {"final": True} if bar is None else {}
         run.log.log("valid", run.state.step, **valid.as_dict(), seconds=run.seconds, **final)
+    line = f"step {run.state.step}: valid {valid.summary()}"
     if bar is not None:
-        bar.write(f"step {run.state.step}: valid {valid.summary()}", file=StderrOrNothing())
+        bar.write(line, file=StderrOrNothing())
+    elif run.env.is_main:  # the final one, after the bar is closed: a line like the others
+        say(f"{line} (final: the whole split)")
     return valid
 
 
@@ -303,7 +311,8 @@ def save(run: Run) -> None:
 STOPPED = {
     "max_steps": "reached max_steps",
     "time_budget": "the time budget ran out",
-    # how to continue is the caller's to say: `formers train --resume`, the same compare command
+    # how to continue is the caller's to say (`how_to_continue`): train(..., resume=True) from
+    # Python, `formers train --resume`, the same compare command
     "signal": "interrupted; checkpoint saved",
 }
 
@@ -314,7 +323,7 @@ def stop_reason(run: Run, stopped: str) -> str:
     if stopped == "nonfinite" and run.divergence is not None:
         return run.divergence.describe()
     if stopped == "finished":
-        return nothing_left(tc, run.seconds)
+        return nothing_left(tc, run.state.step, run.seconds)
     if stopped == "max_steps" and run.state.step < tc.warmup_steps:
         return STOPPED[stopped] + warmup_left(tc, run.state.step)
     return STOPPED[stopped]

@@ -88,8 +88,10 @@ def test_compare_end_to_end_writes_report(tmp_path, corpus, capsys):
         assert mib * 2**20 > 12 * params  # fp32 weights and AdamW's two moments, at least
         best, final, bits, ppl = (float(c.replace(",", "")) for c in cells[7:11])
         assert 0 < best <= final + 1e-9 and bits > 0 and ppl > 1
-    assert rows["vanilla"][11:13] == ["baseline", "baseline"]  # 1.00× of itself, by definition
-    assert rows["transformer-xl"][11] != "baseline"
+    # the baseline's own cells: the eval the others' shares are of (1.00× by definition)
+    target = json.loads((out / "summary.json").read_text())["runs"][0]["valid_curve"][-1]
+    assert rows["vanilla"][11:13] == ["12 (baseline)", f"{target['seconds']:.1f} (baseline)"]
+    assert "baseline" not in rows["transformer-xl"][11]
     first_screen = report.split("| arm |")[0]
     assert "Compared: vanilla (baseline), transformer-xl; on " in first_screen
     assert "1 layer, d_model 32, 2 heads, d_ff 64; batch 4 × 16 tokens" in first_screen

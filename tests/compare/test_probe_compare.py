@@ -9,10 +9,10 @@ import pytest
 from formers.cli import main
 from formers.compare.harness import run_compare
 from formers.compare.probe_report import probe_summary, probe_tables, wilson_interval
-from formers.compare.run_metrics import parameter_count
 from formers.compare.spec import CompareSpec
 from formers.errors import ConfigError
 from formers.train.metrics import MetricsLog
+from formers.train.run_record import parameter_count
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TINY = {

@@ -105,3 +105,28 @@ def test_the_search_matches_the_kth_score_of_a_causal_prefix_chunk_by_chunk(monk
     visible = torch.ones(T, T + 40, dtype=torch.bool).tril(40) & valid[:, None, None, :]
     expected = scores.masked_fill(~visible, -math.inf).topk(5, dim=-1).values[..., -1]
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("setting", ["new", "legacy"])
+def test_the_slack_counts_tf32_inputs_set_through_either_api(setting):
+    # torch >= 2.9 keeps the setting as fp32_precision; reading the legacy allow_tf32 once it
+    # was set that way raises ("a mix of the legacy and new APIs")
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    q = torch.randn(1, 2, 5, 8)
+    norms = q.double().norm(dim=-1)
+    ieee = (8 + 1) * torch.finfo(torch.float32).eps * 0.3
+    try:
+        if setting == "new":
+            matmul.fp32_precision = "tf32"
+        else:
+            matmul.allow_tf32 = True
+        slack, k_norm = flex_scores.score_slack(q, q, 0.3)
+        want = (flex_scores.TF32_EPS + (8 + 1) * torch.finfo(torch.float32).eps) * 0.3
+        torch.testing.assert_close(slack.double(), want * norms, rtol=1e-5, atol=0)
+        torch.testing.assert_close(k_norm.double(), norms, rtol=1e-5, atol=0)
+        matmul.fp32_precision = "ieee"
+        slack, _ = flex_scores.score_slack(q, q, 0.3)
+        torch.testing.assert_close(slack.double(), ieee * norms, rtol=1e-5, atol=0)
+    finally:
+        matmul.fp32_precision = before

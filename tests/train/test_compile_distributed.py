@@ -18,6 +18,7 @@ from helpers import run_steps, tiny_training_config, two_batches
 from test_ddp import cli_args
 
 import formers
+from formers.errors import FormersError
 from formers.train import distributed, fsdp
 from formers.train.metrics import read_metrics
 from formers.train.step import compiled_training_loss, training_loss
@@ -88,3 +89,28 @@ def test_the_compiled_loss_of_a_wrapped_model_equals_eagers(strategy, tmp_path, 
         assert names.keys() == want_grads.keys()
         for name, grad in names.items():
             torch.testing.assert_close(full(grad), want_grads[name], atol=1e-6, rtol=1e-5)
+
+
+def test_a_compiler_failure_on_a_wrapped_model_is_said_in_one_line(tmp_path, monkeypatch):
+    # under torchrun the wrapped model is compiled, not the loss: its compiler's failure is said
+    # as the single-process run's is (test_compiled_step.py), not as dynamo's traceback
+    def broken(graph, inputs):
+        raise RuntimeError("no kernel for this op")
+
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=broken, **kw))
+    torch._dynamo.reset()
+    task = task_for(tiny_training_config("vanilla", tmp_path, n_layers=1))
+    model = formers.build(task.cfg.model).train()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)  # fmt: skip
+    try:
+        env = distributed.Distributed(0, 2, 0, torch.device("cpu"))  # as if two: wrap for real
+        wrapped = distributed.wrap(model, env, "ddp")
+        loss_fn = compiled_training_loss(task, wrapped, task.cfg.train.aux_loss_coef, wrapped=True)
+        batch = two_batches(task)[0]
+        with pytest.raises(FormersError, match=r"the compiler failed .*no kernel.*compile false"):
+            loss_fn(batch, None)
+    finally:
+        dist.destroy_process_group()
+        torch._dynamo.reset()

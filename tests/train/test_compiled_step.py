@@ -231,3 +231,37 @@ def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monke
     assert result.compile_seconds == pytest.approx(150.0, abs=5.0)
     logged = read_metrics(tmp_path / "run", "train")
     assert logged[-1]["step"] == 4 and logged[-1]["compile_seconds"] == result.compile_seconds
+
+
+def test_the_pace_of_a_compiled_run_counts_none_of_the_steps_that_compile(
+    tmp_path, monkeypatch, capsys
+):
+    # a second step that compiles again for 50 s would, timed, be the pace (it passes the 30 s
+    # after which the pace is said): "998 steps left take about 14 h". It is skipped as the
+    # first is, and the pace is timed over the 20 steps after the compiling ones.
+    class Clock:
+        offset = 0.0
+
+        @staticmethod
+        def perf_counter() -> float:
+            return time.perf_counter() + Clock.offset
+
+    def slow_first_steps(task, model, coef, wrapped):
+        loss, calls = training_loss(task, model, coef), []
+
+        def run(batch, memory):
+            calls.append(1)
+            Clock.offset += {1: 100.0, 2: 50.0}.get(len(calls), 0.0)
+            return loss(batch, memory)
+
+        return run
+
+    monkeypatch.setattr(trainer, "time", Clock)
+    monkeypatch.setattr(progress, "time", Clock)
+    monkeypatch.setattr(startup, "compiled_training_loss", slow_first_steps)
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=30, log_every=10, eval_every=0,
+                               compile=True)  # fmt: skip
+    trainer.train(cfg, tmp_path / "run", progress=False)
+    pace = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pace: ")]
+    assert len(pace) == 1 and " a step over steps 3–22; the 8 steps left take about " in pace[0]
+    assert "min" not in pace[0] and " h " not in pace[0]  # tiny steps: seconds, not hours

@@ -12,10 +12,12 @@ import pytest
 import torch
 
 from formers import cli
+from formers.train import startup, trainer
 from formers.train.config import TrainConfig
-from formers.train.metrics import MetricsLog
+from formers.train.metrics import MetricsLog, read_metrics
 from formers.train.pace import Pace, duration
 from formers.train.precision import resolve_precision
+from formers.train.run_record import resolved_at_start
 
 MODEL = [
     *("--model.n_layers", "1", "--model.d_model", "32", "--model.n_heads", "2"),
@@ -47,7 +49,11 @@ def test_a_run_says_its_precision_and_config_json_records_what_auto_chose(
     assert code == 0 and f"precision: {chosen} (train.precision=auto: this CPU " in err
     saved = json.loads((tmp_path / "a" / "config.json").read_text())
     assert saved["train"]["precision"] == "auto"
-    assert saved["resolved"] == {"precision": chosen, "device": "cpu"}
+    assert saved["resolved"] == {
+        "precision": chosen,
+        "device": "cpu",
+        "precisions": [{"step": 0, "precision": chosen}],
+    }
 
     code, _, err = train(
         capsys, tmp_path / "b", corpus, "--train.max_steps", "1", "--train.precision", "fp32"
@@ -144,6 +150,15 @@ def test_the_pace_is_timed_after_the_first_step_and_said_once():
     )
 
 
+def test_the_pace_skips_as_many_first_steps_as_it_is_told_the_compiling_ones():
+    pace = Pace(TrainConfig(max_steps=1000), step=0, skipped=2)
+    assert pace.observe(1, 100.0) is None  # compiles
+    assert pace.observe(2, 150.0) is None  # compiles again: 50 s, more than the 30 s timed
+    lines = [pace.observe(step, 150.0 + 0.5 * (step - 2)) for step in range(3, 40)]
+    said = [line for line in lines if line]
+    assert len(said) == 1 and said[0].startswith("pace: 0.5 s a step over steps 3–22; the 978 ")
+
+
 def test_the_pace_of_a_run_with_a_time_budget_names_where_the_budget_ends_it():
     pace = Pace(TrainConfig(max_steps=1000, time_budget="60s"), step=100)  # resumed at 100
     assert pace.observe(101, 30.0) is None
@@ -174,4 +189,122 @@ def test_without_a_terminal_a_run_draws_no_progress_bar_and_says_each_evaluation
     assert [line.split(":")[0] for line in lines if ": valid loss" in line] == [
         "step 2",
         "step 4",
+        "step 5",  # the final evaluation, a line like the others
     ]
+    final = read_metrics(tmp_path / "run", "valid")[-1]
+    assert final["final"] and final["step"] == 5
+    assert f"step 5: valid loss {final['loss']:.4f} " in err
+    assert lines[-2].endswith("(final: the whole split)")  # then why it stopped
+
+
+def interrupted_at(step: int):
+    """A MetricsLog.log that sends this process a Ctrl-C once it has logged `step`'s train
+    record: the run saves that step and stops."""
+    original_log = MetricsLog.log
+
+    def log(self, kind, at, **values):
+        original_log(self, kind, at, **values)
+        if kind == "train" and at == step:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    return log
+
+
+def test_a_final_evaluation_a_resume_trained_past_does_not_finish_the_run(
+    tmp_path, corpus, capsys
+):
+    run = tmp_path / "run"
+    assert train(capsys, run, corpus, "--train.max_steps", "2")[0] == 0  # its final: step 2
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MetricsLog, "log", interrupted_at(4))
+        code, result, _ = train(capsys, run, corpus, "--resume", "--train.max_steps", "6",
+                                "--train.save_every", "2")  # fmt: skip
+    assert code == 130 and result["step"] == 4
+    assert [r["step"] for r in read_metrics(run, "valid") if r.get("final")] == [2]  # kept
+    assert cli.main(["info", str(run), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["step"] == 4 and not info["finished"]
+    # ended at step 4 now, it runs its final evaluation there
+    code, result, err = train(capsys, run, corpus, "--resume", "--train.max_steps", "4")
+    assert code == 0 and result["stopped"] == "max_steps" and "already finished" not in err
+    assert result["valid"]["loss"] == read_metrics(run, "valid")[-1]["loss"]
+    assert [r["step"] for r in read_metrics(run, "valid") if r.get("final")] == [2, 4]
+    # then it is finished; fewer steps than it took are named as such
+    code, result, err = train(capsys, run, corpus, "--resume", "--train.max_steps", "3")
+    assert code == 0 and result["stopped"] == "finished"
+    assert "It is at step 4, past train.max_steps=3: give a --train.max_steps above 4" in err
+    assert "has taken its train.max_steps" not in err
+
+
+def test_a_run_resumed_in_another_precision_records_each_and_info_says_both(
+    tmp_path, corpus, capsys, monkeypatch
+):
+    # train.precision=auto resolves on the machine each start runs on: bf16 on one, fp32 on
+    # another (the record is what is checked here; the autocast is this CPU's either way)
+    run = tmp_path / "run"
+    monkeypatch.setattr(startup, "resolve_precision", lambda precision, device: "bf16")
+    assert train(capsys, run, corpus, "--train.max_steps", "2", "--train.save_every", "2")[0] == 0
+    monkeypatch.setattr(startup, "resolve_precision", lambda precision, device: "fp32")
+    assert train(capsys, run, corpus, "--resume", "--train.max_steps", "4")[0] == 0
+    resolved = json.loads((run / "config.json").read_text())["resolved"]
+    assert resolved["precisions"] == [
+        {"step": 0, "precision": "bf16"},
+        {"step": 2, "precision": "fp32"},
+    ]
+    assert cli.main(["info", str(run)]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["precision"] == "bf16 to step 2, then fp32 (train.precision=auto)"
+
+
+def test_a_start_keeps_the_precisions_of_the_steps_it_continues_from():
+    saved = {"resolved": resolved_at_start({}, 0, "bf16", "cpu")}
+    saved = {"resolved": resolved_at_start(saved, 400, "fp32", "cpu")}
+    assert saved["resolved"]["precisions"] == [
+        {"step": 0, "precision": "bf16"},
+        {"step": 400, "precision": "fp32"},
+    ]
+    # resumed again from step 400's checkpoint on a bf16 machine: the fp32 start trained
+    # nothing that is kept, so the run trained in bf16 alone
+    again = resolved_at_start(saved, 400, "bf16", "cuda:0")
+    assert again == {
+        "precision": "bf16",
+        "device": "cuda:0",
+        "precisions": [{"step": 0, "precision": "bf16"}],
+    }
+    # a run saved before the list was kept: its one record, from step 0
+    old = {"resolved": {"precision": "fp32", "device": "cpu"}}
+    assert resolved_at_start(old, 10, "fp32", "cpu")["precisions"] == [
+        {"step": 0, "precision": "fp32"}
+    ]
+
+
+def test_an_interrupted_run_started_from_python_says_how_to_continue_from_python(
+    tmp_path, capsys, monkeypatch
+):
+    from helpers import tiny_training_config
+
+    cfg = tiny_training_config("vanilla", tmp_path, max_steps=5, log_every=1, eval_every=0)
+    monkeypatch.setattr(MetricsLog, "log", interrupted_at(2))
+    result = trainer.train(cfg, tmp_path / "run", progress=False)
+    assert result.interrupted and result.step == 2
+    err = capsys.readouterr().err
+    assert "continue it with: train(cfg, run_dir, resume=True)" in err
+    assert "formers train" not in err
+
+
+def test_an_interrupted_torchrun_run_is_continued_by_torchrun(tmp_path, monkeypatch):
+    from formers.commands.train import resume_command
+
+    run = tmp_path / "my run"
+    assert resume_command(run) == f"continue it with: formers train --run-dir '{run}' --resume"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert resume_command(run) == (
+        f"continue it with: torchrun --nproc_per_node=2 -m formers train --run-dir '{run}' "
+        "--resume"
+    )
+    monkeypatch.setenv("WORLD_SIZE", "8")  # two machines of 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    hint = resume_command(run)
+    assert hint.startswith("continue it with: torchrun --nproc_per_node=4 -m formers train ")
+    assert hint.endswith("on each of the 2 machines, with torchrun's other options as before")
