@@ -65,3 +65,25 @@ def test_info_of_a_folder_that_is_no_run_is_one_line(tmp_path, capsys):
     assert cli.main(["info", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {tmp_path} is not a run folder") and err.count("\n") == 1
+
+
+def test_info_says_what_auto_chose_not_auto(tmp_path, capsys):
+    import torch
+
+    from formers.train.precision import resolve_precision
+
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("".join(f"to be or not to be, line {i}\n" for i in range(300)))
+    run = tmp_path / "run"
+    auto = [a if a != "fp32" else "auto" for a in TINY]  # the same run, precision left to auto
+    args = ["train", "--run-dir", run, "--train.corpus", corpus, "--train.max_steps", "2", *auto]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert cli.main([str(a) for a in args]) == 0
+    chosen = resolve_precision("auto", torch.device("cpu"))  # bf16 or fp32, by this CPU
+    assert cli.main(["info", str(run), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["precision"] == "auto"  # what was asked
+    assert info["precisions_used"] == [{"step": 0, "precision": chosen}]  # what it computed in
+    assert cli.main(["info", str(run)]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert lines["precision"] == f"{chosen} (train.precision=auto)"

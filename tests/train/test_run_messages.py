@@ -169,6 +169,14 @@ def test_the_pace_of_a_run_with_a_time_budget_names_where_the_budget_ends_it():
     assert "the time budget (60s) ends the run near step 116 of 1,000" in line
 
 
+def test_a_run_says_its_pace_once_after_timing_its_first_steps(tmp_path, corpus, capsys):
+    code, _, err = train(capsys, tmp_path / "run", corpus, "--train.max_steps", "25")
+    assert code == 0
+    paces = [line for line in err.splitlines() if line.startswith("pace: ")]
+    assert len(paces) == 1, err  # said once, between the first steps and the end
+    assert " a step over steps 2–21; the 4 steps left take about " in paces[0]
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"), [(45.4, "45 s"), (600, "10 min 00 s"), (7_530, "2 h 05 min")]
 )
