@@ -149,6 +149,8 @@ def threshold_attention(
     return flex.attend(q, k, v, mask, score_mod=score_mod, scale=scale)
 
 
+@torch.compiler.assume_constant_result  # dynamo cannot trace the getter: a compiled graph
+# takes the setting it was compiled under (a later change of it wants a recompile)
 def tf32_matmuls() -> bool:
     """Whether fp32 CUDA matmuls may round their inputs to TF32. Read through the API torch
     keeps the setting in (`fp32_precision`, torch >= 2.9: "tf32", "ieee", or "none" for the
