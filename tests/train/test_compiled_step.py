@@ -202,9 +202,10 @@ def test_a_compiler_failure_a_graph_break_and_endless_recompiles_are_each_said(m
             step(torch.ones(4, dtype=torch.float64), None)
 
 
-def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monkeypatch):
-    # Transformer-XL's second step compiles again (its memory was None at the first): a clock
-    # that jumps 100 s in the first step and 50 s in the second shows those 150 s as compiling
+def first_steps_that_compile_100_and_50_s(monkeypatch) -> None:
+    """The trainer's clock jumps 100 s in the first compiled step and 50 s in the second (a
+    second compile, as Transformer-XL's memory or translation's shapes cause)."""
+
     class Clock:
         offset = 0.0
 
@@ -225,6 +226,12 @@ def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monke
     monkeypatch.setattr(trainer, "time", Clock)
     monkeypatch.setattr(progress, "time", Clock)
     monkeypatch.setattr(startup, "compiled_training_loss", slow_first_steps)
+
+
+def test_compile_seconds_count_a_second_step_that_compiles_again(tmp_path, monkeypatch):
+    # Transformer-XL's second step compiles again (its memory was None at the first): a clock
+    # that jumps 100 s in the first step and 50 s in the second shows those 150 s as compiling
+    first_steps_that_compile_100_and_50_s(monkeypatch)
     cfg = tiny_training_config("vanilla", tmp_path, max_steps=4, log_every=2, eval_every=0,
                                compile=True)  # fmt: skip
     result = trainer.train(cfg, tmp_path / "run", progress=False)
@@ -239,26 +246,7 @@ def test_the_pace_of_a_compiled_run_counts_none_of_the_steps_that_compile(
     # a second step that compiles again for 50 s would, timed, be the pace (it passes the 30 s
     # after which the pace is said): "998 steps left take about 14 h". It is skipped as the
     # first is, and the pace is timed over the 20 steps after the compiling ones.
-    class Clock:
-        offset = 0.0
-
-        @staticmethod
-        def perf_counter() -> float:
-            return time.perf_counter() + Clock.offset
-
-    def slow_first_steps(task, model, coef, wrapped):
-        loss, calls = training_loss(task, model, coef), []
-
-        def run(batch, memory):
-            calls.append(1)
-            Clock.offset += {1: 100.0, 2: 50.0}.get(len(calls), 0.0)
-            return loss(batch, memory)
-
-        return run
-
-    monkeypatch.setattr(trainer, "time", Clock)
-    monkeypatch.setattr(progress, "time", Clock)
-    monkeypatch.setattr(startup, "compiled_training_loss", slow_first_steps)
+    first_steps_that_compile_100_and_50_s(monkeypatch)
     cfg = tiny_training_config("vanilla", tmp_path, max_steps=30, log_every=10, eval_every=0,
                                compile=True)  # fmt: skip
     trainer.train(cfg, tmp_path / "run", progress=False)
