@@ -53,6 +53,8 @@ def setup_lines(spec: CompareSpec, out: Path, unit: str | None) -> list[str]:
     )  # fmt: skip
     seeds = ", ".join(map(str, spec.seeds))
     corpus = spec.corpus + (f" ({UNIT_WORDS.get(unit, unit)})" if unit else "")
+    if t.probe is not None:  # generated data: the spec's corpus is not read
+        corpus = f"the {t.probe.kind} probe (sequences generated from the run's seed)"
     lines = [f"Compared: {arms}; on {corpus}; seed{'s' * (len(spec.seeds) > 1)} {seeds}."]
     layers = f"{m.n_layers} layer{'s' * (m.n_layers != 1)}"
     size = f"{layers}, d_model {m.d_model}, {m.n_heads} heads, d_ff {m.d_ff}"
