@@ -46,7 +46,7 @@ def test_the_setup_says_what_was_compared_and_how(tmp_path):
 
 
 def run(arm: str, curve: list[tuple[int, float]], final: float, train: list[float]) -> dict:
-    """A run of a summary as `formers.compare.report.summarise` makes it."""
+    """A run of a summary as `formers.compare.report_summary.summarise` makes it."""
     return {
         "arm": arm, "context": None, "seed": 0, "steps": curve[-1][0],
         "train_seconds": curve[-1][0] / 10, "final_valid_loss": final,
