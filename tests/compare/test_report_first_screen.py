@@ -58,7 +58,7 @@ def test_a_probes_setup_names_the_probe_not_a_corpus(tmp_path):
     )
 
 def run(arm: str, curve: list[tuple[int, float]], final: float, train: list[float]) -> dict:
-    """A run of a summary as `formers.compare.report.summarise` makes it."""
+    """A run of a summary as `formers.compare.report_summary.summarise` makes it."""
     return {
         "arm": arm, "context": None, "seed": 0, "steps": curve[-1][0],
         "train_seconds": curve[-1][0] / 10, "final_valid_loss": final,
