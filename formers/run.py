@@ -96,17 +96,29 @@ def load_run(
         checkpoint: the step of the checkpoint to load; None: the latest.
     """
     run_dir = Path(run_dir)
-    checkpoint = checkpoint_of(run_dir, checkpoint)
     tokenizer_file = run_dir / "tokenizer.json"
     if not tokenizer_file.exists():
         raise FormersError(f"{tokenizer_file} is missing: the run folder is incomplete")
+    cfg, model, step = load_model(run_dir, device, runtime, checkpoint)
+    tokenizer = tokenizer_from_dict(json.loads(tokenizer_file.read_text()))
+    return LoadedRun(run_dir, cfg, model, tokenizer, step)
+
+
+def load_model(
+    run_dir: str | Path,
+    device: str | torch.device = "cpu",
+    runtime: dict[str, Any] | None = None,
+    checkpoint: int | None = None,
+) -> tuple[RunConfig, nn.Module, int]:
+    """A run's config, model (in eval mode, on `device`) and step, without its tokenizer: all
+    a probe run has (its sequences are token ids already). Arguments as `load_run`'s."""
+    checkpoint = checkpoint_of(Path(run_dir), checkpoint)
     cfg = run_config_from_dict(load_config(checkpoint))
     if runtime:
         cfg = dataclasses.replace(cfg, model=runtime_config(cfg.model, runtime))
     model = build(cfg.model)
     loaded = load_checkpoint(checkpoint, model=model, restore_rng=False, map_location=device)
-    tokenizer = tokenizer_from_dict(json.loads(tokenizer_file.read_text()))
-    return LoadedRun(run_dir, cfg, model.to(device).eval(), tokenizer, loaded.state.step)
+    return cfg, model.to(device).eval(), loaded.state.step
 
 
 def corpus_of(run: LoadedRun, data_dir: str | None = None) -> Corpus:

@@ -180,3 +180,7 @@ def test_eval_of_part_of_a_byte_split_reports_its_bits_per_byte(tmp_path, corpus
     part = json.loads(formers("eval", run, "--max-tokens", "200", "--no-progress").stdout)
     assert part["unit"] == "byte" and part["tokens"] == 200
     assert part["bits_per_byte"] == pytest.approx(part["bits_per_token"], rel=1e-12)
+    # a probe's flag on a corpus run: one line naming it
+    refused = formers("eval", run, "--eval-samples", "8", check=False)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "which --eval-samples does not apply to" in refused.stderr

@@ -1,9 +1,12 @@
-"""`formers eval`: a trained run's loss over a whole split, as one JSON report on stdout."""
+"""`formers eval`: a trained run's loss over a whole split, or a probe run's accuracy on its
+held-out sequences, as one JSON report on stdout."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+from typing import TYPE_CHECKING
 
 from formers.commands.flags import GivenFlag, given_flags, verb_and_pronoun
 from formers.commands.translate import (
@@ -17,8 +20,13 @@ from formers.errors import FormersError
 from formers.runtime_flags import add_runtime_flags
 from formers.train.metrics import json_safe
 
+if TYPE_CHECKING:
+    import torch
+
 # `formers eval`'s language-model flags and their defaults (given on a translation run: an error)
 LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
+# the flags that apply to a corpus and not to a probe's held-out sequences
+CORPUS_ONLY_DEFAULTS = {"seq_len": None, "context_len": 0, "data_dir": None}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +61,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="windows or streams per pass",
     )
     p.add_argument("--max-tokens", type=int, help="score only the first N tokens")
+    p.add_argument(
+        "--eval-samples",
+        type=int,
+        action=GivenFlag,
+        help="a probe run: held-out sequences per point (default: the run's "
+        "train.probe.eval_samples)",
+    )
     p.add_argument("--checkpoint", type=int, metavar="STEP", help="default: the latest")
     add_runtime_flags(p)
     add_translation_eval_flags(p)
@@ -87,12 +102,12 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         return cmd_eval_translation(args)
     refuse_flags(args, TRANSLATION_EVAL_DEFAULTS, "a language model")
     device = resolve_device(args.device)  # before anything is loaded
-    probe = read_run_config(args.run, args.checkpoint).train.probe
-    if probe is not None:
+    if read_run_config(args.run, args.checkpoint).train.probe is not None:
+        return eval_probe(args, device)
+    if args.eval_samples is not None:
         raise FormersError(
-            f"{args.run} trained on the {probe.kind} probe, which formers eval does not score: "
-            "its held-out accuracy is the final valid record of its metrics.jsonl (and its "
-            "comparison's report)"
+            f"{args.run} trained on a corpus, which --eval-samples does not apply to (it sets a "
+            "probe's held-out sequences): leave it out"
         )
     model = read_run_config(args.run, args.checkpoint).model
     if model.arch == "encoder" and args.context_len:
@@ -129,4 +144,30 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
         **result.as_dict(),
     }
     print(json.dumps(json_safe(report), indent=2, allow_nan=False))  # strict JSON: NaN is null
+    return 0
+
+
+def eval_probe(args: argparse.Namespace, device: torch.device) -> int:
+    """A probe run's accuracy on the held-out sequences of --split, by point, as JSON: the
+    same sequences its training's final evaluation scored (more with --eval-samples)."""
+    from formers.run import load_model
+    from formers.train.tasks import task_for
+
+    refuse_flags(args, CORPUS_ONLY_DEFAULTS, "a probe run, scored on its own held-out sequences")
+    cfg, model, step = load_model(args.run, device, checkpoint=args.checkpoint)
+    if args.eval_samples is not None:
+        probe = dataclasses.replace(cfg.train.probe, eval_samples=args.eval_samples)
+        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, probe=probe))
+    result = task_for(cfg).evaluate(
+        model, args.split, max_tokens=args.max_tokens, device=device, batch_size=args.batch_size
+    )
+    report = {
+        "run": str(args.run),
+        "step": step,
+        "probe": cfg.train.probe.kind,
+        "split": args.split,
+        "eval_samples": cfg.train.probe.eval_samples,
+        **result.as_dict(),
+    }
+    print(json.dumps(json_safe(report), indent=2, allow_nan=False))
     return 0

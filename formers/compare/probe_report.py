@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,18 @@ ITEMS = {
 }
 
 
-def probe_summary(out: Path, summary: dict[str, Any]) -> dict[str, Any] | None:
+def probe_summary(
+    out: Path,
+    summary: dict[str, Any],
+    score: Callable[[Path], dict[str, Any] | None] = final_valid,
+) -> dict[str, Any] | None:
     """Each arm's accuracy per context, over all points and per point, the mean over its seeds
-    (None where a seed has not finished); None when the comparison is not a probe's."""
+    (None where a seed has not finished); None when the comparison is not a probe's. `score`
+    gives a run folder's result (default: its final evaluation, read back)."""
     task = summary["spec"].get("task")
     if not task:
         return None
-    finals = {id(run): final_valid(Path(out) / run["run_dir"]) for run in summary["runs"]}
+    finals = {id(run): score(Path(out) / run["run_dir"]) for run in summary["runs"]}
     axis = next((f["axis"] for f in finals.values() if f and "axis" in f), None)
     rows = []
     for context in summary["contexts"] or [None]:

@@ -1,12 +1,12 @@
-"""What an MQAR table's accuracy means without recall: the held-out accuracy of a rule that
-matches no key.
+"""What an MQAR table's accuracy means without recall: the held-out accuracy of two rules that
+match no key.
 
-At each scored answer the rule guesses uniformly among the values seen exactly once so far:
-the pairs not yet queried, one of which is the answer. It needs no key match (only telling
-values from keys, which their ids do) and no knowledge of the held-out distance, so an arm at or
-below this floor has shown no recall, whatever its distance from chance. The floor is high at
-short distances (few pairs have appeared before a query close to its pair) and falls with
-distance. It is computed on the very held-out sequences `formers compare` scores (`valid`).
+At each scored answer, "any" guesses uniformly among the values seen exactly once so far (the
+pairs not yet queried, one of which is the answer); "oldest" answers the earliest of them (the
+pairs tend to be asked in the order they came). Neither matches a key (they only tell values
+from keys, which their ids do) nor knows the held-out distance, so an arm at or below the
+higher of the two, the floor, has shown no recall, whatever its distance from chance. Both are
+computed on the very held-out sequences `formers compare` scores (`valid`).
 
     python scripts/experiments/mqar_floor.py experiments/probe-mqar.yaml
     python scripts/experiments/mqar_floor.py experiments/probe-mqar.yaml --json floor.json
@@ -24,19 +24,20 @@ from formers.compare.spec_file import load_spec_file
 from formers.data.probes import IGNORE, MQAR, Sample, make_probe
 
 
-def floor_of(sample: Sample, keys: int) -> tuple[float, int]:
-    """(expected right answers, answers) of the no-recall rule on one sequence; ids above
-    `keys` are values."""
-    seen: Counter[int] = Counter()
-    expected, answers = 0.0, 0
+def floor_of(sample: Sample, keys: int) -> tuple[float, int, int]:
+    """(expected right answers of "any", right answers of "oldest", answers) on one sequence;
+    ids above `keys` are values."""
+    seen: Counter[int] = Counter()  # in the order first seen
+    expected, oldest, answers = 0.0, 0, 0
     for token, target in zip(sample.inputs, sample.targets, strict=True):
         if target != IGNORE:
-            once = sum(1 for count in seen.values() if count == 1)
-            expected += 1 / once
+            once = [value for value, count in seen.items() if count == 1]
+            expected += 1 / len(once)
+            oldest += once[0] == target
             answers += 1
         if token > keys:
             seen[token] += 1
-    return expected, answers
+    return expected, oldest, answers
 
 
 def floors(spec_file: Path) -> list[dict]:
@@ -50,13 +51,16 @@ def floors(spec_file: Path) -> list[dict]:
             raise SystemExit(f"{spec_file}: the task is {cfg.train.probe.kind}, not mqar")
         for point, samples in probe.eval_set("valid", seq_len):
             per_sample = [floor_of(sample, probe.cfg.keys) for sample in samples]
-            expected = sum(right for right, _ in per_sample)
-            answers = sum(n for _, n in per_sample)
+            answers = sum(n for _, _, n in per_sample)
+            any_value = sum(e for e, _, _ in per_sample) / answers
+            oldest = sum(o for _, o, _ in per_sample) / answers
             rows.append(
                 {
                     "context": seq_len,
                     **point,
-                    "floor": expected / answers,
+                    "any": any_value,
+                    "oldest": oldest,
+                    "floor": max(any_value, oldest),
                     "answers": answers,
                     "chance": 1 / probe.cfg.keys,
                 }
@@ -72,11 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.spec.is_file():
         sys.exit(f"{args.spec}: no such spec file")
     rows = floors(args.spec)
-    print("context | distance | no-recall floor (%) | chance (%) | answers")
+    print("context | distance | any (%) | oldest (%) | floor (%) | chance (%) | answers")
     for r in rows:
         print(
-            f"{r['context']} | {r['distance']} | {100 * r['floor']:.1f} | "
-            f"{100 * r['chance']:.1f} | {r['answers']}"
+            f"{r['context']} | {r['distance']} | {100 * r['any']:.1f} | {100 * r['oldest']:.1f} | "
+            f"{100 * r['floor']:.1f} | {100 * r['chance']:.1f} | {r['answers']}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -2,7 +2,9 @@
 tables and plots of the report, bad input as one line, and (slow) a probe that tells a model
 that cannot see far from one that can."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -149,10 +151,32 @@ def test_a_probe_comparison_reports_accuracy_by_distance(tmp_path):
     assert (out / "accuracy_vs_distance.png").read_bytes().startswith(PNG_SIGNATURE)
     summary = json.loads((out / "summary.json").read_text())
     [row] = summary["probe"]["rows"]
-    assert row["complete"] and [p["items"] for p in row["points"]] == [4, 4]  # 2 sequences
+    assert row["complete"] and [p["items"] for p in row["points"]] == [2, 2]  # 2 sequences
     assert json.loads((out / "runs/vanilla/seed0/probe.json").read_text())["kind"] == "mqar"
     again = run_compare(spec, out, progress=False)  # the same spec again: nothing to train
     assert again.trained == [] and len(again.skipped) == 1
+
+
+def load_rescore():
+    path = Path(__file__).resolve().parents[2] / "scripts" / "experiments" / "probe_rescore.py"
+    spec = importlib.util.spec_from_file_location("probe_rescore", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rescoring_a_comparison_from_its_checkpoints_gives_its_report_again(tmp_path, capsys):
+    out = tmp_path / "out"
+    run_compare(CompareSpec(("vanilla",), task=MQAR, overrides=TINY), out, progress=False)
+    [reported] = json.loads((out / "summary.json").read_text())["probe"]["rows"]
+    load_rescore().main([str(out)])  # the same held-out sequences: the same accuracy
+    [again] = json.loads((out / "rescored-valid" / "probe.json").read_text())["rows"]
+    assert again["points"] == reported["points"] and again["accuracy"] == reported["accuracy"]
+    assert "| arm | params | all distances |" in capsys.readouterr().out
+    load_rescore().main([str(out), "--eval-samples", "4", "--split", "test"])
+    [more] = json.loads((out / "rescored-test" / "probe.json").read_text())["rows"]
+    assert [p["items"] for p in more["points"]] == [4, 4]  # 4 sequences, one query each
+    assert (out / "rescored-test" / "accuracy_vs_distance.png").is_file()
 
 
 # MQAR with every query 64 tokens after its pair: a window of 4 keys (2 layers: 6 positions back
@@ -181,9 +205,9 @@ def test_mqar_tells_a_window_of_4_from_full_attention_at_distance_64(tmp_path):
     window = {"name": "window-4", "preset": "longformer"}
     window["overrides"] = {"model.attention.window": 4}
     spec = CompareSpec.from_dict(
-        {"arms": ["vanilla", window], "task": {**FAR, "eval_samples": 64}, "overrides": FAR_SIZE}
+        {"arms": ["vanilla", window], "task": {**FAR, "eval_samples": 128}, "overrides": FAR_SIZE}
     )
     result = run_compare(spec, tmp_path / "out", progress=False, plots=False)
     full, near = result.report.summary["probe"]["rows"]
-    assert full["accuracy"] >= 0.9, full  # 128 queries at distance 64
+    assert full["accuracy"] >= 0.9, full  # 128 scored queries at distance 64, one a sequence
     assert near["accuracy"] <= 0.3, near  # chance is 1 in 15 values

@@ -51,13 +51,44 @@ def test_mqar_answers_are_the_recalled_values_at_the_asked_distances():
 
 
 @pytest.mark.parametrize("distance", [2, 17, 48])
-def test_mqar_held_out_points_put_every_query_at_their_distance(distance):
+def test_mqar_held_out_points_score_one_query_at_their_distance(distance):
     cfg = MQARConfig(vocab=64, pairs=4, eval_distances=(distance,), eval_samples=300)
     [(point, samples)] = MQAR(cfg).eval_set("valid", 64)
     assert point == {"distance": distance} and len(samples) == 300
+    others = set()
     for sample in samples:
-        for q in (t for t, y in enumerate(sample.targets) if y != IGNORE):
-            assert recall(sample.inputs, q) == (sample.targets[q], distance)
+        [q] = [t for t, y in enumerate(sample.targets) if y != IGNORE]  # one scored query
+        assert recall(sample.inputs, q) == (sample.targets[q], distance)
+        # the other pairs are queried too, unscored, at distances drawn as in training
+        keys = [t for t, x in enumerate(sample.inputs) if 1 <= x <= cfg.keys]
+        queries = [
+            t for t in keys if any(sample.inputs[j] == sample.inputs[t] for j in keys if j < t)
+        ]
+        assert len(queries) == cfg.pairs  # the last query's value may fall past the inputs
+        others.update(recall(sample.inputs, t)[1] for t in queries if t != q)
+    assert len(others) > 20  # not one distance for all
+
+
+def oldest_not_yet_asked(sample, keys: int) -> float:
+    """A rule that matches no key: answer the earliest value seen only once so far."""
+    right, answers, counts, order = 0, 0, {}, []
+    for token, target in zip(sample.inputs, sample.targets, strict=True):
+        if target != IGNORE:
+            right += [v for v in order if counts[v] == 1][0] == target
+            answers += 1
+        if token > keys:
+            order += [] if token in counts else [token]
+            counts[token] = counts.get(token, 0) + 1
+    return right / answers
+
+
+def test_mqar_held_out_queries_do_not_come_in_the_pairs_order():
+    # every query at one distance would ask the pairs in the order they came: the rule above
+    # would then answer every held-out query without matching a key
+    cfg = MQARConfig(vocab=64, pairs=4, eval_distances=(17,), eval_samples=400)
+    [(_, samples)] = MQAR(cfg).eval_set("valid", 64)
+    share = sum(oldest_not_yet_asked(s, cfg.keys) for s in samples) / len(samples)
+    assert share < 0.8
 
 
 def test_mqar_default_points_reach_the_longest_distance_the_sequence_allows():

@@ -125,15 +125,16 @@ def test_evaluation_scores_each_point_by_what_an_oracle_of_limited_reach_sees():
     perfect = task.evaluate(Oracle(16), "valid")
     assert perfect.axis == "distance" and perfect.accuracy == 1.0
     assert [p["distance"] for p in perfect.points] == [2, 5, 20]
-    assert all(p["accuracy"] == 1.0 and p["items"] == 4 * 2 for p in perfect.points)
-    assert perfect.items == perfect.tokens == 3 * 4 * 2
+    # 4 held-out sequences a point, one scored query each
+    assert all(p["accuracy"] == 1.0 and p["items"] == 4 for p in perfect.points)
+    assert perfect.items == perfect.tokens == 3 * 4
     blind = task.evaluate(Oracle(16, reach=0), "valid")  # every score equal: argmax is id 0
     assert blind.accuracy == 0.0 and blind.loss == pytest.approx(math.log(16))
     near = task.evaluate(Oracle(16, reach=6), "valid")  # sees distances 2 and 5, not 20
     assert [p["accuracy"] for p in near.points] == [1.0, 1.0, 0.0]
     assert near.accuracy == pytest.approx(2 / 3)
     few = task.evaluate(Oracle(16), "valid", max_tokens=3 * 32)  # one sequence per point
-    assert [p["items"] for p in few.points] == [2, 2, 2]
+    assert [p["items"] for p in few.points] == [1, 1, 1]
 
 
 def test_listops_on_a_decoder_reads_the_answer_after_equals_and_evaluates_by_length():
@@ -160,10 +161,18 @@ def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path, capsys):
     assert final["axis"] == "distance" and len(final["points"]) == len(whole.valid.points)
     saved = json.loads((tmp_path / "whole" / "probe.json").read_text())
     assert saved["kind"] == "mqar" and saved["pairs"] == 2
+    # formers eval scores the same held-out sequences again, from the saved checkpoint
     capsys.readouterr()
-    assert main(["eval", str(tmp_path / "whole"), "--no-progress"]) == 2  # one line, no traceback
+    assert main(["eval", str(tmp_path / "whole"), "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["probe"], report["step"], report["split"]) == ("mqar", 4, "valid")
+    assert report["points"] == final["points"] and report["accuracy"] == final["accuracy"]
+    assert main(["eval", str(tmp_path / "whole"), "--eval-samples", "8", "--split", "test"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["items"] for p in report["points"]] == [8] * len(final["points"])
+    assert main(["eval", str(tmp_path / "whole"), "--seq-len", "16"]) == 2  # one line
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "trained on the mqar probe, which formers eval" in err
+    assert err.count("\n") == 1 and "--seq-len does not apply to: leave it out" in err
 
 
 @pytest.mark.parametrize(

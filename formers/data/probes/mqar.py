@@ -11,14 +11,18 @@ are distinct and so are its values (Zoology's sampling without replacement).
 
 Layout: pairs and queries are placed at random free positions, one pair at a time, each query
 at its pair's position + its distance. Training draws each query's distance uniformly from
-`distances`; a held-out point fixes every query of its sequences at one distance. At most half
-the sequence holds pairs and queries (8 · pairs ≤ seq_len), so a placement is always found
-quickly.
+`distances`. A held-out sequence is drawn as in training except that one of its pairs, chosen
+at random, is queried at the point's distance, and only that query is scored. (Putting every
+query of a held-out sequence at one distance would query the pairs in the order they appeared,
+and "the oldest value not yet asked for" would then answer every query without matching a key.)
+At most half the sequence holds pairs and queries (8 · pairs ≤ seq_len), so a placement is
+always found quickly.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,15 +136,31 @@ class MQAR(Probe):
 
     def sample(self, rng: random.Random, seq_len: int) -> Sample:
         lowest, highest = self.cfg.train_range(seq_len)
-        return self._sample(rng, seq_len, lambda: rng.randint(lowest, highest))
+        return self._sample(rng, seq_len, lambda pair: rng.randint(lowest, highest))
 
     def eval_points(self, seq_len: int) -> list[dict[str, Any]]:
         return [{"distance": d} for d in self.cfg.eval_distances_at(seq_len)]
 
     def eval_sample(self, rng: random.Random, seq_len: int, point: dict[str, Any]) -> Sample:
-        return self._sample(rng, seq_len, lambda: point["distance"])
+        lowest, highest = self.cfg.train_range(seq_len)
+        # pair 0 (placed first, so its distance always fits) is the scored one; keys, values
+        # and positions are drawn at random, so which pair it is in the sequence is random too
+        return self._sample(
+            rng,
+            seq_len,
+            lambda pair: point["distance"] if pair == 0 else rng.randint(lowest, highest),
+            scored=0,
+        )
 
-    def _sample(self, rng: random.Random, seq_len: int, distance: Any) -> Sample:
+    def _sample(
+        self,
+        rng: random.Random,
+        seq_len: int,
+        distance: Callable[[int], int],
+        scored: int | None = None,
+    ) -> Sample:
+        """A sequence whose pair i is queried `distance(i)` after it; every query scored, or
+        only pair `scored`'s."""
         cfg = self.cfg
         keys = rng.sample(range(1, 1 + cfg.keys), cfg.pairs)
         values = rng.sample(range(1 + cfg.keys, 1 + 2 * cfg.keys), cfg.pairs)
@@ -148,25 +168,28 @@ class MQAR(Probe):
         # T + 1 tokens: inputs are the first T, targets the next token at each scored position
         tokens = [FILLER] * (seq_len + 1)
         targets = [IGNORE] * seq_len
-        for key, value, (pair, query) in zip(keys, values, placed, strict=True):
+        for i, (key, value, (pair, query)) in enumerate(zip(keys, values, placed, strict=True)):
             tokens[pair], tokens[pair + 1] = key, value
             tokens[query], tokens[query + 1] = key, value
-            targets[query] = value
+            if scored is None or i == scored:
+                targets[query] = value
         return Sample(tokens[:seq_len], targets)
 
 
-def _place(rng: random.Random, seq_len: int, pairs: int, distance: Any) -> list[tuple[int, int]]:
-    """(pair position, query position) of each pair: two free slots of two tokens each, the
-    query `distance()` after the pair, inside seq_len + 1 tokens."""
+def _place(
+    rng: random.Random, seq_len: int, pairs: int, distance: Callable[[int], int]
+) -> list[tuple[int, int]]:
+    """(pair position, query position) of each pair, in order: two free slots of two tokens
+    each, pair i's query `distance(i)` after it, inside seq_len + 1 tokens."""
     import numpy as np  # here: a command that only reads a probe's config imports no numpy
 
     end = seq_len + 1
     for _ in range(1000):
         free = np.ones(end, dtype=bool)
         placed = []
-        for _ in range(pairs):
+        for i in range(pairs):
             for _ in range(20):  # a distance with no free room left: draw another
-                d = distance()
+                d = distance(i)
                 # p is free where p, p + 1, p + d and p + d + 1 (the query's value, <= seq_len) are
                 room = np.flatnonzero(
                     free[: end - d - 1] & free[1 : end - d] & free[d : end - 1] & free[d + 1 :]
