@@ -96,8 +96,15 @@ def load_run(
         checkpoint: the step of the checkpoint to load; None: the latest.
     """
     run_dir = Path(run_dir)
+    saved = checkpoint_of(run_dir, checkpoint)  # first: "no run folder" before anything else
     tokenizer_file = run_dir / "tokenizer.json"
     if not tokenizer_file.exists():
+        probe = run_config_from_dict(load_config(saved)).train.probe
+        if probe is not None:
+            raise FormersError(
+                f"{run_dir} trained on the {probe.kind} probe, which has no tokenizer (its "
+                "sequences are ids): score it with formers eval"
+            )
         raise FormersError(f"{tokenizer_file} is missing: the run folder is incomplete")
     cfg, model, step = load_model(run_dir, device, runtime, checkpoint)
     tokenizer = tokenizer_from_dict(json.loads(tokenizer_file.read_text()))
@@ -133,3 +140,12 @@ def corpus_of(run: LoadedRun, data_dir: str | None = None) -> Corpus:
             "trained (its files changed?): evaluate on the data the run was trained on"
         )
     return corpus
+
+
+def with_eval_samples(cfg: RunConfig, eval_samples: int | None) -> RunConfig:
+    """`cfg` with its probe's held-out sequences per point set to `eval_samples` (None: as
+    trained)."""
+    if eval_samples is None:
+        return cfg
+    probe = dataclasses.replace(cfg.train.probe, eval_samples=eval_samples)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, probe=probe))

@@ -4,7 +4,6 @@ held-out sequences, as one JSON report on stdout."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 # `formers eval`'s language-model flags and their defaults (given on a translation run: an error)
-LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16}
+LM_EVAL_DEFAULTS = {"seq_len": None, "context_len": 0, "batch_size": 16, "eval_samples": None}
 # the flags that apply to a corpus and not to a probe's held-out sequences
 CORPUS_ONLY_DEFAULTS = {"seq_len": None, "context_len": 0, "data_dir": None}
 
@@ -33,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `formers eval`."""
     p = sub.add_parser(
         "eval",
-        help="loss, bits and perplexity of a run over a whole split",
+        help="loss, bits and perplexity of a run over a whole split (a probe run: its accuracy)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("run", help="run folder")
@@ -150,16 +149,21 @@ def cmd_eval(args: argparse.Namespace, extra: list[str]) -> int:
 def eval_probe(args: argparse.Namespace, device: torch.device) -> int:
     """A probe run's accuracy on the held-out sequences of --split, by point, as JSON: the
     same sequences its training's final evaluation scored (more with --eval-samples)."""
-    from formers.run import load_model
+    from formers.run import load_model, read_run_config, with_eval_samples
+    from formers.runtime_flags import runtime_changes, runtime_report
     from formers.train.tasks import task_for
 
-    refuse_flags(args, CORPUS_ONLY_DEFAULTS, "a probe run, scored on its own held-out sequences")
-    cfg, model, step = load_model(args.run, device, checkpoint=args.checkpoint)
-    if args.eval_samples is not None:
-        probe = dataclasses.replace(cfg.train.probe, eval_samples=args.eval_samples)
-        cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, probe=probe))
+    refuse_flags(args, CORPUS_ONLY_DEFAULTS, "a model trained on a probe's own sequences")
+    changes = runtime_changes(args, read_run_config(args.run, args.checkpoint).model)
+    cfg, model, step = load_model(args.run, device, changes, args.checkpoint)
+    cfg = with_eval_samples(cfg, args.eval_samples)
+    batch_size = (
+        args.batch_size
+        if given_flags(args, {"batch_size": LM_EVAL_DEFAULTS["batch_size"]})
+        else None
+    )
     result = task_for(cfg).evaluate(
-        model, args.split, max_tokens=args.max_tokens, device=device, batch_size=args.batch_size
+        model, args.split, max_tokens=args.max_tokens, device=device, batch_size=batch_size
     )
     report = {
         "run": str(args.run),
@@ -167,6 +171,7 @@ def eval_probe(args: argparse.Namespace, device: torch.device) -> int:
         "probe": cfg.train.probe.kind,
         "split": args.split,
         "eval_samples": cfg.train.probe.eval_samples,
+        **runtime_report(cfg.model),
         **result.as_dict(),
     }
     print(json.dumps(json_safe(report), indent=2, allow_nan=False))

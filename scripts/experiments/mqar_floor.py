@@ -19,6 +19,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from formers.compare.spec_file import load_spec_file
 from formers.data.probes import IGNORE, MQAR, Sample, make_probe
@@ -40,12 +41,15 @@ def floor_of(sample: Sample, keys: int) -> tuple[float, int, int]:
     return expected, oldest, answers
 
 
-def floors(spec_file: Path) -> list[dict]:
+def floors(spec_file: Path) -> list[dict[str, Any]]:
     """The floor at each held-out distance of each context of an MQAR spec."""
     spec = load_spec_file(spec_file)
     rows = []
-    for seq_len in spec.contexts:
-        cfg = spec.run_config(spec.arms[0].name, spec.seeds[0], context=seq_len)
+    for context in spec.context_list:
+        cfg = spec.run_config(spec.arms[0].name, spec.seeds[0], context=context)
+        seq_len = cfg.train.seq_len
+        if cfg.train.probe is None:
+            raise SystemExit(f"{spec_file} compares on a corpus: give an MQAR spec")
         probe = make_probe(cfg.train.probe)
         if not isinstance(probe, MQAR):
             raise SystemExit(f"{spec_file}: the task is {cfg.train.probe.kind}, not mqar")

@@ -11,35 +11,37 @@ the tables.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from formers.compare.probe_report import probe_plots, probe_summary, probe_tables
 from formers.compare.report import markdown
-from formers.run import load_model
+from formers.compare.run_metrics import final_valid
+from formers.run import load_model, with_eval_samples
 from formers.train.tasks import task_for
 
 
-def scorer(split: str, eval_samples: int | None):
-    """A run folder -> its probe result on `split`, as a final evaluation records it."""
+def scorer(split: str, eval_samples: int | None) -> Callable[[Path], dict[str, Any] | None]:
+    """A run folder -> its probe result on `split` from its final checkpoint, with the step
+    scored; None for a run that has not finished (as the comparison's report shows it)."""
 
-    def score(run_dir: Path) -> dict[str, Any]:
+    def score(run_dir: Path) -> dict[str, Any] | None:
+        if final_valid(run_dir) is None:
+            print(f"{run_dir}: not finished, left out", file=sys.stderr)
+            return None
         start = time.perf_counter()
         cfg, model, step = load_model(run_dir)
-        if eval_samples is not None:
-            probe = dataclasses.replace(cfg.train.probe, eval_samples=eval_samples)
-            cfg = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, probe=probe))
-        result = task_for(cfg).evaluate(model, split).as_dict()
+        result = task_for(with_eval_samples(cfg, eval_samples)).evaluate(model, split)
         print(
-            f"{run_dir}: step {step}, accuracy {100 * result['accuracy']:.1f}% over "
-            f"{result['items']:,} items ({time.perf_counter() - start:.0f} s)",
+            f"{run_dir}: step {step}, accuracy {100 * result.accuracy:.1f}% over "
+            f"{result.items:,} items ({time.perf_counter() - start:.0f} s)",
             file=sys.stderr,
         )
-        return result
+        return {**result.as_dict(), "step": step}
 
     return score
 

@@ -62,12 +62,14 @@ def test_the_floor_agrees_with_the_rule_spelt_out_on_generated_sequences():
         assert (expected, oldest) == (pytest.approx(want_any), want_oldest)
 
 
-def test_the_spec_floor_is_the_better_rule_between_chance_and_certainty():
+def test_the_spec_floor_is_low_near_and_certain_at_the_longest_distance():
     rows = load_script().floors(ROOT / "experiments" / "probe-mqar.yaml")
     assert {r["context"] for r in rows} == {64, 256}
-    for r in rows:
-        assert r["floor"] == max(r["any"], r["oldest"])
-        assert r["chance"] < r["floor"] <= 1
+    at = {(r["context"], r["distance"]): r for r in rows}
+    assert at[256, 60]["floor"] < 0.3  # a guess among about 5 values still to be asked
+    assert at[256, 192]["oldest"] == 1.0  # the longest distance: order alone answers
+    assert at[64, 4]["any"] > at[64, 4]["oldest"]  # near: few pairs asked yet, order helps little
+    assert all(r["floor"] == max(r["any"], r["oldest"]) for r in rows)
 
 
 def test_a_spec_of_another_task_is_refused():

@@ -45,7 +45,6 @@ def test_the_setup_says_what_was_compared_and_how(tmp_path):
     ]
 
 
-
 def test_a_probes_setup_names_the_probe_not_a_corpus(tmp_path):
     spec = CompareSpec(
         (Arm("vanilla"),), task={"kind": "mqar", "vocab": 64, "pairs": 4},
@@ -56,6 +55,7 @@ def test_a_probes_setup_names_the_probe_not_a_corpus(tmp_path):
         "Compared: vanilla (baseline); on the mqar probe (sequences generated from the run's "
         "seed); seed 0."
     )
+
 
 def run(arm: str, curve: list[tuple[int, float]], final: float, train: list[float]) -> dict:
     """A run of a summary as `formers.compare.report_summary.summarise` makes it."""

@@ -82,19 +82,29 @@ def oldest_not_yet_asked(sample, keys: int) -> float:
     return right / answers
 
 
-def test_mqar_held_out_queries_do_not_come_in_the_pairs_order():
+@pytest.mark.parametrize("distance", [4, 17])
+def test_mqar_held_out_queries_do_not_come_in_the_pairs_order(distance):
     # every query at one distance would ask the pairs in the order they came: the rule above
     # would then answer every held-out query without matching a key
-    cfg = MQARConfig(vocab=64, pairs=4, eval_distances=(17,), eval_samples=400)
+    cfg = MQARConfig(vocab=64, pairs=4, eval_distances=(distance,), eval_samples=400)
     [(_, samples)] = MQAR(cfg).eval_set("valid", 64)
     share = sum(oldest_not_yet_asked(s, cfg.keys) for s in samples) / len(samples)
     assert share < 0.8
 
 
-def test_mqar_default_points_reach_the_longest_distance_the_sequence_allows():
+def test_at_the_longest_distance_order_alone_answers_which_the_default_points_leave_out():
+    # no earlier pair can still wait for its query: that would take a longer distance
+    cfg = MQARConfig(vocab=64, pairs=4, eval_distances=(48,), eval_samples=100)
+    [(_, samples)] = MQAR(cfg).eval_set("valid", 64)
+    assert all(oldest_not_yet_asked(s, cfg.keys) == 1.0 for s in samples)
+    assert MQARConfig(vocab=64, pairs=4).eval_distances_at(64) == (4, 8, 16, 32)
+
+
+def test_mqar_default_points_stop_below_the_longest_distance_the_sequence_allows():
     cfg = MQARConfig(pairs=8)
-    assert cfg.eval_distances_at(256) == (4, 8, 16, 32, 64, 128, 224)
+    assert cfg.eval_distances_at(256) == (4, 8, 16, 32, 64, 128)  # not 224: see below
     assert cfg.train_range(256) == (2, 224)
+    assert MQARConfig(pairs=1).eval_distances_at(8) == (4,)  # the only distance there is
 
 
 def passkey_of(text: str) -> str:

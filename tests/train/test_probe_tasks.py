@@ -14,7 +14,7 @@ from torch import nn
 import formers
 from formers.cli import main
 from formers.data.probes import IGNORE
-from formers.errors import ConfigError
+from formers.errors import ConfigError, FormersError
 from formers.train import trainer
 from formers.train.config import run_config
 from formers.train.metrics import read_metrics
@@ -170,6 +170,8 @@ def test_a_probe_run_trains_evaluates_and_resumes_exactly(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "whole"), "--eval-samples", "8", "--split", "test"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [p["items"] for p in report["points"]] == [8] * len(final["points"])
+    with pytest.raises(FormersError, match="mqar probe, which has no tokenizer.*formers eval"):
+        formers.load_run(tmp_path / "whole")  # generate, export: nothing to decode with
     assert main(["eval", str(tmp_path / "whole"), "--seq-len", "16"]) == 2  # one line
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--seq-len does not apply to: leave it out" in err

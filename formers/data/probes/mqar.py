@@ -15,8 +15,11 @@ at its pair's position + its distance. Training draws each query's distance unif
 at random, is queried at the point's distance, and only that query is scored. (Putting every
 query of a held-out sequence at one distance would query the pairs in the order they appeared,
 and "the oldest value not yet asked for" would then answer every query without matching a key.)
-At most half the sequence holds pairs and queries (8 · pairs ≤ seq_len), so a placement is
-always found quickly.
+Order still tells near the longest distance a sequence allows: a query that far from its pair
+can only belong to an early pair, so the oldest value not yet asked for is most often its
+answer (at the longest, always); scripts/experiments/mqar_floor.py gives what such rules score
+at each held-out distance. At most half the sequence holds pairs and queries (8 · pairs ≤
+seq_len), so a placement is always found quickly.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ class MQARConfig(ProbeConfig):
         pairs: key–value pairs per sequence, each queried once.
         distances: (lowest, highest) distance between a pair and its query in training;
             () = from 2 to the most the sequence allows, seq_len − 4 · pairs.
-        eval_distances: the held-out points; () = powers of two from 4, and the highest
-            training distance.
+        eval_distances: the held-out points; () = the powers of two from 4 below the highest
+            training distance (at the highest, order alone gives the answer: module doc), or
+            the highest when it is 4 or less.
     """
 
     kind: str = "mqar"
@@ -91,8 +95,7 @@ class MQARConfig(ProbeConfig):
         if self.eval_distances:
             return self.eval_distances
         highest = self.train_range(seq_len)[1]
-        powers = [2**i for i in range(2, 31) if 2**i < highest]
-        return (*powers, highest)
+        return tuple(2**i for i in range(2, 31) if 2**i < highest) or (highest,)
 
     def validate(self, seq_len: int) -> None:
         super().validate(seq_len)

@@ -23,7 +23,8 @@ class RoutingConfig(AttentionConfig):
         local_heads: heads that attend to a local window instead; None: half of the heads, the
             paper's split ("we divide the total attention head budget equally").
         local_window: positions per local block; a local query sees its block up to itself
-            and the previous block, window to 2·window − 1 positions.
+            and the previous block: window + 1 to 2·window positions, itself included (window to
+            2·window − 1 back).
         ema_decay: λ of the centroids' moving average.
         commitment: coefficient of the commitment loss (aux loss).
     """
