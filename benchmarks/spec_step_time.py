@@ -11,7 +11,7 @@ per 2 CPU-seconds here), and the last column estimates the idle machine's minute
 
     python benchmarks/spec_step_time.py experiments/family-mlm.yaml --steps 3 --runs 1
     python benchmarks/spec_step_time.py experiments/probe-mqar.yaml --steps 3 --idle-rate 7.6 \
-        --json benchmarks/results/probe_mqar_step_time.json
+        --json runs/probe_mqar_step_time.json
 """
 
 from __future__ import annotations
