@@ -1,6 +1,6 @@
 """Extra evaluations of a comparison's trained runs: `formers eval` with other settings.
 
-    Evaluation("long-memory", arms=("transformer-xl",), overrides={"model.attention.mem_len": 512})
+    Evaluation("runtime", arms=("arm-a",), overrides={"model.attention.FIELD": 512})  # runtime
     Evaluation("extrapolate", options={"seq_len": "2x"})     # twice the trained context
     Evaluation("bleu", splits=("valid", "test"), average=5, options={"beam": 4, "alpha": 0.6})
 
@@ -43,7 +43,8 @@ class Evaluation:
         name: the column's name (letters, digits, '.', '_', '-').
         arms: the arms it applies to (names); empty: every arm.
         splits: the splits it scores, e.g. ("valid", "test").
-        overrides: runtime options of the trained model, e.g. {"model.attention.mem_len": 512}.
+        overrides: runtime options of the trained model: fields its attention lists in
+            `runtime_fields` (they change no weight), e.g. {"model.attention.FIELD": 512}.
         average: score the mean of the run's last `average` checkpoints (needs as many kept:
             `train.save_every`, `train.keep_checkpoints`); 0 or 1: the final checkpoint.
         options: `formers eval`'s options: seq_len (an int, or "2x": twice the trained context),
@@ -107,7 +108,7 @@ class Evaluation:
         return not self.arms or arm in self.arms
 
     def runtime(self) -> dict[str, Any]:
-        """The overrides as `load_run`'s runtime changes ("attention.mem_len")."""
+        """The overrides as `load_run`'s runtime changes ("attention.FIELD")."""
         return {key.removeprefix("model."): value for key, value in self.overrides.items()}
 
     def check(self, arm: str, cfg: RunConfig) -> None:
@@ -168,7 +169,7 @@ class Evaluation:
         if not isinstance(data, Mapping) or "name" not in data:
             raise ConfigError(
                 f"evaluate entry {data!r}: give a mapping with a name, e.g. "
-                "{name: long-memory, overrides: {model.attention.mem_len: 512}}"
+                "{name: extrapolate-2x, seq_len: 2x}"
             )
         data = dict(data)
         overrides = data.pop("overrides", None) or {}
